@@ -1,0 +1,189 @@
+"""The built-in benchmark: a seeded, synthetic skill-routing dataset written in our own words.
+
+Why it looks the way it does: the field's central finding is that the skill *body* carries the
+routing signal. So skills come in *families* (one technology x one domain) of siblings that share
+a name stem and an identical description and differ only in the body, which says which operation
+the skill performs. Queries name the technology and the operation, so ``fields=nd`` can find the
+family but cannot tell the siblings apart, while ``fields=all`` can.
+
+Also produced: multi-skill queries, graded labels (GT 3, same-family sibling 1), SKIP partners,
+Hard-tier distractors (same domain / same technology / over-general), Oracle-ND descriptions for
+the evaluated skills, and training pairs on *other* siblings (disjoint from every benchmark label).
+
+    python -m skillrouter.data.builtin --out DIR [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from .jsonl import atomic_write_jsonl
+
+DOMAINS: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
+    # domain: (technologies, [(object, synonym)])
+    "spreadsheet": (["excel", "csv", "sheets"], [("worksheets", "tabs"), ("pivot tables", "summary grids"),
+                                                ("cell formulas", "calculations"), ("invoices", "bills")]),
+    "database": (["postgres", "sqlite", "mongodb"], [("tables", "relations"), ("query logs", "statement history"),
+                                                    ("indexes", "lookup structures"), ("migrations", "schema changes")]),
+    "scraping": (["playwright", "scrapy", "httpx"], [("product pages", "shop listings"), ("sitemaps", "url lists"),
+                                                    ("cookies", "session tokens"), ("html tables", "markup grids")]),
+    "imaging": (["pillow", "opencv", "imagemagick"], [("photos", "pictures"), ("thumbnails", "preview images"),
+                                                     ("scanned receipts", "paper slips"), ("sprites", "icon sheets")]),
+    "audio": (["ffmpeg", "whisper", "sox"], [("podcasts", "episodes"), ("voice memos", "recordings"),
+                                            ("music stems", "instrument tracks"), ("subtitles", "captions")]),
+    "deployment": (["docker", "kubernetes", "terraform"], [("containers", "images"), ("manifests", "descriptors"),
+                                                          ("secrets", "credentials"), ("clusters", "node groups")]),
+    "documents": (["markdown", "latex", "pandoc"], [("reports", "write-ups"), ("bibliographies", "reference lists"),
+                                                   ("slides", "presentations"), ("manuscripts", "drafts")]),
+    "messaging": (["slack", "email", "telegram"], [("threads", "conversations"), ("attachments", "enclosures"),
+                                                  ("mailing lists", "subscriber groups"), ("notifications", "alerts")]),
+}
+
+# verb, synonym phrase, the body's step that makes the operation concrete
+OPERATIONS: list[tuple[str, str, str]] = [
+    ("deduplicate", "remove repeated", "Group near-identical {obj} by a normalised key and keep only the newest copy."),
+    ("validate", "check the correctness of", "Compare every field of the {obj} against a schema and list each violation."),
+    ("compress", "shrink the size of", "Re-encode the {obj} with a lossless codec and report the bytes saved."),
+    ("encrypt", "lock with a key", "Seal the {obj} with an authenticated cipher and store the key separately."),
+    ("visualize", "draw charts of", "Plot the {obj} as a timeline and a histogram and save both figures."),
+    ("schedule", "run on a timer", "Register a recurring job that processes the {obj} every night at two."),
+    ("translate", "change the language of", "Detect the language of the {obj} and render them in the requested one."),
+    ("summarize", "write a short digest of", "Read the {obj} and produce a five-bullet digest with key numbers."),
+    ("anonymize", "mask personal data in", "Replace names, emails and phone numbers in the {obj} with stable pseudonyms."),
+    ("merge", "combine several", "Join the {obj} on their shared identifier and resolve conflicting values."),
+    ("archive", "back up", "Bundle the {obj} into a dated archive and verify its checksum after writing."),
+    ("benchmark", "measure the speed of", "Time repeated runs over the {obj} and report the median and the spread."),
+]
+
+SUFFIXES = ["toolkit", "helper", "kit", "assistant", "utils", "workbench"]
+EVAL_TEMPLATES = [
+    "I need to {verb} the {obj} in our {tech} {domain} setup.",
+    "Can you help me {syn} {osyn} with {tech}?",
+    "How do I {verb} {osyn} for a {tech} {domain} project?",
+]
+TRAIN_TEMPLATES = [
+    "Please {syn} the {obj} that live in {tech}.",
+    "Our team wants to {verb} {osyn} using {tech} for {domain} work.",
+    "What is the best way to {verb} {obj} in {tech}?",
+]
+MULTI_TEMPLATE = "First {verb} the {obj} in {tech} {domain}, then {verb2} the {obj2} with {tech2}."
+FILLER = [
+    "Prefer small, reversible steps and keep a log of every change.",
+    "Ask before overwriting files that already exist.",
+    "Print a short summary when the work is done.",
+    "Fail loudly with a clear message when an input is missing.",
+]
+
+
+@dataclass(frozen=True)
+class _Sibling:
+    id: str
+    name: str
+    domain: str
+    tech: str
+    verb: str
+    syn: str
+    detail: str
+    obj: str
+    osyn: str
+
+    def phrase(self, template: str) -> str:
+        return template.format(verb=self.verb, syn=self.syn, obj=self.obj, osyn=self.osyn, tech=self.tech, domain=self.domain)
+
+
+def _body(s: _Sibling, rng: random.Random) -> str:
+    return (
+        f"# {s.name}\n\n## When to use\nUse this skill to {s.verb} {s.obj} in {s.tech} {s.domain} work. "
+        f"Pick it when someone asks to {s.syn} {s.osyn}.\n\n## Steps\n1. Load the {s.obj} from the {s.tech} source.\n"
+        f"2. {s.detail.format(obj=s.obj)}\n3. Check the result and report what changed.\n\n## Notes\n"
+        f"- {rng.choice(FILLER)}\n- {rng.choice(FILLER)}\n"
+    )
+
+
+def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_domain: int = 3,
+             siblings: int = 4, eval_siblings: int = 2, n_multi: int = 12) -> dict[str, Path]:
+    """Write pool/queries/distractors/oracle_nd/train_pairs JSONL files under ``out_dir``."""
+    if not 0 < eval_siblings < siblings <= len(SUFFIXES):
+        raise ValueError("need 0 < eval_siblings < siblings <= 6")
+    rng = random.Random(seed)
+    out = Path(out_dir)
+    families: list[list[_Sibling]] = []
+    for domain in list(DOMAINS)[:n_domains]:
+        techs, objects = DOMAINS[domain]
+        for tech in techs[:techs_per_domain]:
+            ops = rng.sample(OPERATIONS, siblings)
+            suffixes = rng.sample(SUFFIXES, siblings)
+            fam = []
+            for (verb, syn, detail), suffix in zip(ops, suffixes):
+                obj, osyn = rng.choice(objects)
+                name = f"{tech}-{domain}-{suffix}"
+                fam.append(_Sibling(f"builtin/{domain}/{name}", name, domain, tech, verb, syn, detail, obj, osyn))
+            families.append(fam)
+
+    pool, oracle, queries, train = [], [], [], []
+    for fam in families:
+        desc = f"Practical {fam[0].tech} utilities for {fam[0].domain} work. Use when a task involves {fam[0].tech}."
+        for s in fam:
+            pool.append({"id": s.id, "name": s.name, "description": desc, "body": _body(s, rng),
+                         "category": s.domain, "source": "builtin"})
+            oracle.append({"id": s.id, "description": f"Use to {s.verb} {s.obj} with {s.tech}."})
+        for i, s in enumerate(fam):
+            others = [o.id for o in fam if o.id != s.id]
+            grades = {s.id: 3, **{o: 1 for o in others}}
+            if i < eval_siblings:
+                queries.append({"id": f"q{len(queries):03d}", "query": s.phrase(rng.choice(EVAL_TEMPLATES)),
+                                "gt": [s.id], "grades": grades, "skip": [rng.choice(others)], "task_type": "single",
+                                "domain": s.domain})
+            else:
+                for template in TRAIN_TEMPLATES:
+                    train.append({"query": s.phrase(template), "skill_id": s.id, "skip": [rng.choice(others)]})
+    eval_skills = [s for fam in families for s in fam[:eval_siblings]]
+    for _ in range(n_multi):
+        a, b = rng.sample(eval_skills, 2)
+        text = MULTI_TEMPLATE.format(verb=a.verb, obj=a.obj, tech=a.tech, domain=a.domain, verb2=b.verb, obj2=b.obj, tech2=b.tech)
+        queries.append({"id": f"q{len(queries):03d}", "query": text, "gt": [a.id, b.id], "grades": {a.id: 3, b.id: 3},
+                        "skip": [], "task_type": "multi", "domain": a.domain})
+    train_skills = [s for fam in families for s in fam[eval_siblings:]]
+    for _ in range(max(1, n_multi // 2)):
+        a, b = rng.sample(train_skills, 2)
+        text = MULTI_TEMPLATE.format(verb=a.syn, obj=a.osyn, tech=a.tech, domain=a.domain, verb2=b.syn, obj2=b.osyn, tech2=b.tech)
+        train.append({"query": text, "skill_ids": [a.id, b.id], "skip": []})
+
+    distractors = []
+    for fam in families:
+        s = fam[0]
+        verb, syn, _ = rng.choice(OPERATIONS)
+        distractors += [
+            {"id": f"builtin-hard/{s.domain}/{s.domain}-{s.tech}-overview", "name": f"{s.domain}-overview",
+             "description": f"Guidance for {s.domain} tasks of every kind.",
+             "body": f"# {s.domain} overview\nGeneral advice to {verb} or {syn} anything in {s.domain} work, "
+                     f"including {s.obj} and {s.osyn}. Covers no specific tool.\n", "category": s.domain, "source": "builtin-hard"},
+            {"id": f"builtin-hard/{s.tech}/{s.tech}-setup", "name": f"{s.tech}-setup",
+             "description": f"Install and configure {s.tech}.",
+             "body": f"# {s.tech} setup\nInstall {s.tech}, configure credentials and paths for {s.domain} {s.obj}, "
+                     f"then run a smoke test. Does not {s.verb} anything.\n", "category": s.domain, "source": "builtin-hard"},
+        ]
+    distractors.append({"id": "builtin-hard/general/universal-assistant", "name": "universal-assistant",
+                        "description": "Handles any data, file, media or automation task.",
+                        "body": "# Universal assistant\n" + " ".join(f"Can {v} things." for v, _, _ in OPERATIONS) + "\n",
+                        "category": "general", "source": "builtin-hard"})
+    rng.shuffle(pool)  # so ties between identical nd texts are not broken in the GT's favour
+    paths = {name: out / f"{name}.jsonl" for name in ("pool", "queries", "distractors", "oracle_nd", "train_pairs")}
+    for name, records in zip(paths, (pool, queries, distractors, oracle, train)):
+        atomic_write_jsonl(paths[name], records)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for name, path in generate(args.out, args.seed).items():
+        print(f"{name}: {path}")
+
+
+if __name__ == "__main__":
+    main()

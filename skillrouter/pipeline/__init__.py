@@ -1,0 +1,1 @@
+"""Stages, the stage cache, cell runs and grid status."""

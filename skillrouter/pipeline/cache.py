@@ -1,0 +1,197 @@
+"""The stage cache: each stage's artifact is keyed by exactly what it depends on, built once, shared.
+
+* key = sha256(stage, stage version, code version, canonical JSON of the stage's config slice,
+  the keys of its input artifacts);
+* ``<root>/<stage>/<key>/`` is built under a temporary name and published by ``rename``; it is
+  complete only when its ``manifest.json`` exists (written last, before the rename), so an entry
+  without one is treated as absent and rebuilt;
+* a lock per key (``<key>.lock``, created with O_EXCL, so it also works on NFS/Lustre) lets one
+  process build while the others wait; the holder refreshes the lock's mtime from a heartbeat
+  thread, and a lock whose heartbeat stopped for ``stale_after`` seconds is taken over.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..data.jsonl import atomic_write_json
+
+log = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+
+
+def stable_hash(obj: Any, n: int = 16) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str, ensure_ascii=False).encode()).hexdigest()[:n]
+
+
+def texts_fingerprint(items: list[str]) -> str:
+    """Content hash of an ordered list of strings (rendered pool, rendered queries...)."""
+    h = hashlib.sha256()
+    for item in items:
+        h.update(item.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class StageRecord:
+    """What ``metrics.json["stages"]`` says about one stage of one run."""
+
+    key: str
+    cached: bool
+    seconds: float
+    path: str
+
+
+class FileLock:
+    """Exclusive lock file with a heartbeat and stale-lock takeover (safe on shared filesystems)."""
+
+    def __init__(self, path: Path, stale_after: float = 300.0, poll: float = 0.5, heartbeat: float = 30.0):
+        self.path, self.stale_after, self.poll, self.heartbeat = path, stale_after, poll, heartbeat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _try_create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}, fh)
+        return True
+
+    def _is_stale(self) -> bool:
+        try:
+            return time.time() - self.path.stat().st_mtime > self.stale_after
+        except FileNotFoundError:
+            return False
+
+    def acquire(self, on_wait: Callable[[], None] | None = None) -> None:
+        waited = False
+        while not self._try_create():
+            if self._is_stale():
+                log.warning("taking over stale lock %s", self.path)
+                # rename first so two waiters cannot both delete a fresh lock
+                try:
+                    os.replace(self.path, f"{self.path}.stale-{uuid.uuid4().hex}")
+                except FileNotFoundError:
+                    pass
+                continue
+            if not waited and on_wait:
+                on_wait()
+            waited = True
+            time.sleep(self.poll)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            try:
+                os.utime(self.path)
+            except FileNotFoundError:
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "FileLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class StageCache:
+    """Get-or-build for stage artifacts under ``root``. ``reuse=False`` rebuilds every time (the
+    benchmark's cache-off arm) but still publishes atomically."""
+
+    def __init__(self, root: str | Path, reuse: bool = True, stale_after: float = 300.0):
+        self.root, self.reuse, self.stale_after = Path(root), reuse, stale_after
+
+    def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str]) -> str:
+        return stable_hash({"stage": stage, "version": version, "code": __version__, "params": params, "inputs": sorted(inputs)})
+
+    def entry(self, stage: str, key: str) -> Path:
+        return self.root / stage / key
+
+    def is_complete(self, stage: str, key: str) -> bool:
+        return (self.entry(stage, key) / MANIFEST).exists()
+
+    def get_or_build(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
+                     build: Callable[[Path], dict[str, Any] | None], *, user: str | None = None) -> StageRecord:
+        """Return the artifact for these params/inputs, building it with ``build(tmp_dir)`` if absent.
+
+        ``build`` writes its files into ``tmp_dir`` and may return extra manifest fields. ``user``
+        (a run directory) is appended to the entry's ``users.txt`` so the cache listing can say which
+        runs use an entry.
+        """
+        key = self.key(stage, version, params, inputs)
+        final = self.entry(stage, key)
+        start = time.perf_counter()
+        cached = self.reuse and self.is_complete(stage, key)
+        if not cached:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(final.parent / f"{key}.lock", stale_after=self.stale_after)
+            lock.acquire(on_wait=lambda: log.info("%s %s: another job is building it; waiting", stage, key))
+            try:
+                cached = self.reuse and self.is_complete(stage, key)  # built while we waited
+                if not cached:
+                    self._build(stage, key, params, inputs, final, build)
+            finally:
+                lock.release()
+        seconds = time.perf_counter() - start
+        if user:
+            with open(final / "users.txt", "a", encoding="utf-8") as fh:
+                fh.write(f"{user}\n")
+        log.info("stage %-16s %s %s (%.1fs)", stage, key, "reused" if cached else "built", seconds)
+        return StageRecord(key=key, cached=cached, seconds=round(seconds, 3), path=str(final))
+
+    def _build(self, stage: str, key: str, params: dict, inputs: list[str], final: Path,
+               build: Callable[[Path], dict[str, Any] | None]) -> None:
+        tmp = final.parent / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        try:
+            t0 = time.perf_counter()
+            extra = build(tmp) or {}
+            manifest = {"stage": stage, "key": key, "code": __version__, "params": params, "inputs": inputs,
+                        "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
+                        "host": socket.gethostname(), **extra}
+            atomic_write_json(tmp / MANIFEST, manifest)
+            if final.exists():  # incomplete leftover (no manifest) or a forced rebuild
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every complete entry with its size and users, for ``python -m skillrouter.cache``."""
+        out = []
+        for manifest in sorted(self.root.glob(f"*/*/{MANIFEST}")):
+            entry = manifest.parent
+            size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+            users_file = entry / "users.txt"
+            users = sorted(set(users_file.read_text().split())) if users_file.exists() else []
+            out.append({"stage": entry.parent.name, "key": entry.name, "bytes": size, "users": users,
+                        "created": json.loads(manifest.read_text()).get("created")})
+        return out
+
+
+def record_dict(rec: StageRecord) -> dict[str, Any]:
+    return {k: v for k, v in asdict(rec).items() if k != "path"}

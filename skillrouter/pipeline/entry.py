@@ -1,0 +1,43 @@
+"""What ``launch.py`` hands the composed config to: one cell, with Hydra's run directory and choices."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from ..data import DataError
+from .run import run_cell
+
+log = logging.getLogger(__name__)
+SWEEPABLE_VALUES = ("topk", "seed")  # plain keys swept like groups (numeric group options trip Hydra)
+
+
+def cell_choices(cfg: DictConfig) -> dict[str, str]:
+    """``{group: option}`` for the experiment groups, plus the plain sweep keys."""
+    choices = {g: str(o) for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra") and o is not None}
+    choices.update({k: str(cfg[k]) for k in SWEEPABLE_VALUES if k in cfg})
+    return choices
+
+
+def main(cfg: DictConfig) -> dict[str, Any] | None:
+    """Run one cell. In a multirun, a failed cell is recorded on disk and the grid goes on (the
+    grid summary reports it and sets the exit code); in a single run a data error exits with a
+    one-line message and status 2, any other error keeps its traceback."""
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg))
+    except DataError as err:
+        if multirun:
+            return None
+        print(f"skillrouter: data error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except Exception:
+        if multirun:
+            return None
+        raise

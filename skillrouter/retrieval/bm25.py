@@ -1,0 +1,16 @@
+"""Lexical retrieval with bm25s over the rendered skill texts."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def bm25_search(docs: list[str], queries: list[str], k: int, k1: float = 1.5, b: float = 0.75,
+                stopwords: str | None = "en", show_progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(indices, scores)`` of shape ``(len(queries), min(k, len(docs)))``, best first."""
+    import bm25s
+
+    retriever = bm25s.BM25(k1=k1, b=b)
+    retriever.index(bm25s.tokenize(docs, stopwords=stopwords, show_progress=show_progress), show_progress=show_progress)
+    query_tokens = bm25s.tokenize(queries, stopwords=stopwords, show_progress=False)
+    idx, scores = retriever.retrieve(query_tokens, k=min(k, len(docs)), show_progress=show_progress)
+    return np.asarray(idx), np.asarray(scores, dtype=np.float32)
