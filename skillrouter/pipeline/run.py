@@ -112,7 +112,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     """Run one cell end to end and return the ``metrics.json`` payload."""
     ctx = CellContext(cfg, run_dir)
     t0 = time.perf_counter()
-    dataset, oracle, _ = load_cell_data(ctx)
+    dataset, oracle, paths = load_cell_data(ctx)
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
     rankings = retrieve(ctx, dataset, oracle)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
@@ -122,7 +122,11 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     return {
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
         "stages": {name: record_dict(rec) for name, rec in ctx.stages.items()},
-        "data_report": {"skipped": dataset.report.skipped, "examples": dataset.report.examples},
+        "data": {"paths": {k: v for k, v in paths.items() if v}, "tier_distractors": bool(cfg.tier.distractors),
+                 "pool_format": cfg.data.pool_format, "queries_format": cfg.data.queries_format,
+                 "on_error": cfg.data.on_error, "max_field_chars": cfg.data.max_field_chars,
+                 "n_skills": len(dataset.skills),
+                 "skipped": dataset.report.skipped, "skip_examples": dataset.report.examples},
         "seconds": round(time.perf_counter() - t0, 3),
     }
 

@@ -1,0 +1,90 @@
+"""The stage cache: reuse, incomplete entries, one builder among concurrent processes, stale locks."""
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+from skillrouter.pipeline.cache import MANIFEST, FileLock, StageCache
+
+
+def _build_counter(counter: Path):
+    def build(out: Path):
+        with open(counter, "a") as fh:
+            fh.write("x")
+        time.sleep(0.3)
+        (out / "data.txt").write_text("payload")
+        return {"note": 1}
+    return build
+
+
+def test_build_once_then_reuse(tmp_path):
+    cache, counter = StageCache(tmp_path / "c"), tmp_path / "n"
+    first = cache.get_or_build("s", 1, {"a": 1}, ["in"], _build_counter(counter), user="run1")
+    second = cache.get_or_build("s", 1, {"a": 1}, ["in"], _build_counter(counter), user="run2")
+    assert not first.cached and second.cached and first.key == second.key
+    assert counter.read_text() == "x"
+    assert (Path(first.path) / "data.txt").read_text() == "payload"
+    manifest = json.loads((Path(first.path) / MANIFEST).read_text())
+    assert manifest["params"] == {"a": 1} and manifest["note"] == 1
+    assert cache.entries()[0]["users"] == ["run1", "run2"]
+
+
+def test_key_depends_on_params_inputs_and_version(tmp_path):
+    cache = StageCache(tmp_path)
+    base = cache.key("s", 1, {"a": 1}, ["x"])
+    assert base != cache.key("s", 1, {"a": 2}, ["x"])
+    assert base != cache.key("s", 1, {"a": 1}, ["y"])
+    assert base != cache.key("s", 2, {"a": 1}, ["x"])
+    assert base == cache.key("s", 1, {"a": 1}, ["x"])
+
+
+def test_entry_without_manifest_is_rebuilt(tmp_path):
+    cache, counter = StageCache(tmp_path / "c"), tmp_path / "n"
+    rec = cache.get_or_build("s", 1, {}, [], _build_counter(counter))
+    (Path(rec.path) / MANIFEST).unlink()
+    again = cache.get_or_build("s", 1, {}, [], _build_counter(counter))
+    assert not again.cached and counter.read_text() == "xx"
+
+
+def test_failed_build_publishes_nothing(tmp_path):
+    cache = StageCache(tmp_path / "c")
+
+    def boom(out):
+        (out / "half").write_text("partial")
+        raise RuntimeError("killed")
+
+    try:
+        cache.get_or_build("s", 1, {}, [], boom)
+    except RuntimeError:
+        pass
+    assert cache.entries() == [] and not list((tmp_path / "c" / "s").glob(".tmp-*"))
+
+
+def _worker(root, counter, results):
+    rec = StageCache(root).get_or_build("s", 1, {"k": 1}, [], _build_counter(Path(counter)))
+    results.put(rec.cached)
+
+
+def test_concurrent_processes_build_once(tmp_path):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path / "c"), str(tmp_path / "n"), results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert sorted(results.get() for _ in procs) == [False, True, True]
+    assert (tmp_path / "n").read_text() == "x"
+
+
+def test_stale_lock_is_taken_over(tmp_path):
+    lock_path = tmp_path / "k.lock"
+    lock_path.write_text('{"host": "gone", "pid": 1}')
+    old = time.time() - 1000
+    os.utime(lock_path, (old, old))
+    lock = FileLock(lock_path, stale_after=10, poll=0.01)
+    lock.acquire()
+    assert json.loads(lock_path.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock_path.exists()

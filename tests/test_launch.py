@@ -1,0 +1,83 @@
+"""Subprocess runs of launch.py on the built-in data: the grid contract, failures, cache reuse."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skillrouter.eval.rescore import mismatches, rescore
+
+from .conftest import ROOT, write_jsonl
+
+
+def launch(tmp_path: Path, *overrides: str, multirun: bool = True) -> subprocess.CompletedProcess:
+    args = [sys.executable, str(ROOT / "launch.py")] + (["-m"] if multirun else []) + [
+        f"hydra.sweep.dir={tmp_path / 'grid'}", f"hydra.run.dir={tmp_path / 'run'}",
+        f"cache_dir={tmp_path / 'cache'}", "progress=false", *overrides]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)
+
+
+def cells(sweep: Path) -> dict[tuple, dict]:
+    out = {}
+    for f in sorted(sweep.glob("*/metrics.json")):
+        m = json.loads(f.read_text())
+        out[(m["choices"]["encoder"], m["choices"]["fields"])] = {**m, "dir": f.parent}
+    return out
+
+
+@pytest.mark.slow
+def test_four_cell_grid_body_beats_nd_and_rescore_matches(tmp_path):
+    proc = launch(tmp_path, "encoder=bm25,minilm", "fields=nd,all")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grid = cells(tmp_path / "grid")
+    assert set(grid) == {(e, f) for e in ("bm25", "minilm") for f in ("nd", "all")}
+    for (enc, _), m in grid.items():
+        assert m["status"] == "completed" and m["n_queries"] == m["counts"]["all"] > 0
+        assert {"hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat",
+                "single/hit@1", "multi/fc@10"} <= set(m["metrics"])
+        lines = (m["dir"] / "rankings.jsonl").read_text().splitlines()
+        assert len(lines) == m["n_queries"] and len(json.loads(lines[0])["ranked"]) == 50
+        assert mismatches(*rescore(m["dir"])) == []
+        examples = json.loads((m["dir"] / "rendered_examples.json").read_text())
+        assert examples["skill"]["encoder"] and examples["query"]["encoder"]
+    for enc in ("bm25", "minilm"):
+        assert grid[(enc, "all")]["metrics"]["hit@1"] > grid[(enc, "nd")]["metrics"]["hit@1"]
+    assert "4 cells: 4 completed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_rerun_reuses_every_stage(tmp_path):
+    args = ("encoder=bm25", "data=tiny")
+    assert launch(tmp_path, *args).returncode == 0
+    proc = launch(tmp_path, *args, "hydra.sweep.dir=" + str(tmp_path / "again"))
+    m = json.loads(next((tmp_path / "again").glob("*/metrics.json")).read_text())
+    cached = {name: s["cached"] for name, s in m["stages"].items() if s["key"] != "-"}
+    assert cached == {"builtin_data": True, "retrieve": True}
+    assert "stages reused from cache: 2" in proc.stdout
+
+
+def test_data_error_in_a_single_run_is_one_clear_line(tmp_path):
+    bad = write_jsonl(tmp_path / "pool.jsonl", [{"id": "a", "name": "x"}, {"id": "a", "name": "y"}])
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q", "query": "x", "gt": ["a"]}])
+    proc = launch(tmp_path, "data=jsonl", f"data.pool={bad}", f"data.queries={queries}", "encoder=bm25", multirun=False)
+    assert proc.returncode == 2
+    assert f"data error: {bad}:2: field 'id': duplicate skill id 'a'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    status = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert status["status"] == "failed" and "duplicate skill id" in status["error"]
+
+
+def test_a_failed_cell_does_not_stop_the_grid(tmp_path):
+    good = write_jsonl(tmp_path / "good.jsonl", [{"id": "a", "name": "csv", "body": "rows"}, {"id": "b", "name": "pdf"}])
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"id": "a"}])
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q", "query": "csv rows", "gt": ["a"]}])
+    proc = launch(tmp_path, "data=jsonl", f"data.pool={bad},{good}", f"data.queries={queries}", "encoder=bm25")
+    assert proc.returncode == 1
+    statuses = sorted(json.loads(f.read_text())["status"] for f in (tmp_path / "grid").glob("*/metrics.json"))
+    assert statuses == ["completed", "failed"]
+    assert "2 cells: 1 completed, 1 failed" in proc.stdout and "field 'name': missing" in proc.stdout
