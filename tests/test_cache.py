@@ -88,3 +88,11 @@ def test_stale_lock_is_taken_over(tmp_path):
     assert json.loads(lock_path.read_text())["pid"] == os.getpid()
     lock.release()
     assert not lock_path.exists()
+
+
+def test_key_changes_with_the_stage_source(tmp_path):
+    import skillrouter.data.builtin as builtin
+    import skillrouter.fields as fields
+    cache = StageCache(tmp_path)
+    assert cache.key("s", 1, {}, [], [builtin]) != cache.key("s", 1, {}, [], [fields])
+    assert cache.key("s", 1, {}, [], [builtin]) == cache.key("s", 1, {}, [], [builtin])

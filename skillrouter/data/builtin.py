@@ -58,10 +58,12 @@ OPERATIONS: list[tuple[str, str, str]] = [
 ]
 
 SUFFIXES = ["toolkit", "helper", "kit", "assistant", "utils", "workbench"]
+# Most benchmark queries paraphrase (synonyms the bodies never use): lexical overlap alone is not
+# enough, and the training pairs, written the same way about *other* skills, teach the mapping.
 EVAL_TEMPLATES = [
     "I need to {verb} the {obj} in our {tech} {domain} setup.",
     "Can you help me {syn} {osyn} with {tech}?",
-    "How do I {verb} {osyn} for a {tech} {domain} project?",
+    "How do I {syn} the {osyn} for a {tech} project?",
 ]
 TRAIN_TEMPLATES = [
     "Please {syn} the {obj} that live in {tech}.",
@@ -95,8 +97,7 @@ class _Sibling:
 
 def _body(s: _Sibling, rng: random.Random) -> str:
     return (
-        f"# {s.name}\n\n## When to use\nUse this skill to {s.verb} {s.obj} in {s.tech} {s.domain} work. "
-        f"Pick it when someone asks to {s.syn} {s.osyn}.\n\n## Steps\n1. Load the {s.obj} from the {s.tech} source.\n"
+        f"# {s.name}\n\n## When to use\nUse this skill to {s.verb} {s.obj} in {s.tech} {s.domain} work.\n\n## Steps\n1. Load the {s.obj} from the {s.tech} source.\n"
         f"2. {s.detail.format(obj=s.obj)}\n3. Check the result and report what changed.\n\n## Notes\n"
         f"- {rng.choice(FILLER)}\n- {rng.choice(FILLER)}\n"
     )

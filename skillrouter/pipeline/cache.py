@@ -1,7 +1,8 @@
 """The stage cache: each stage's artifact is keyed by exactly what it depends on, built once, shared.
 
-* key = sha256(stage, stage version, code version, canonical JSON of the stage's config slice,
-  the keys of its input artifacts);
+* key = sha256(stage, stage version, a fingerprint of the source of the modules the stage runs,
+  canonical JSON of the stage's config slice, the keys of its input artifacts): editing a stage's
+  code invalidates its entries without anyone remembering to bump a version;
 * ``<root>/<stage>/<key>/`` is built under a temporary name and published by ``rename``; it is
   complete only when its ``manifest.json`` exists (written last, before the rename), so an entry
   without one is treated as absent and rebuilt;
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -22,7 +24,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..data.jsonl import atomic_write_json
@@ -42,6 +45,14 @@ def texts_fingerprint(items: list[str]) -> str:
         h.update(item.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()[:16]
+
+
+def code_fingerprint(modules: Sequence[ModuleType]) -> str:
+    """Hash of the package version and the source files of ``modules``."""
+    h = hashlib.sha256(__version__.encode())
+    for module in modules:
+        h.update(Path(inspect.getfile(module)).read_bytes())
+    return h.hexdigest()[:12]
 
 
 @dataclass
@@ -124,8 +135,10 @@ class StageCache:
     def __init__(self, root: str | Path, reuse: bool = True, stale_after: float = 300.0):
         self.root, self.reuse, self.stale_after = Path(root), reuse, stale_after
 
-    def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str]) -> str:
-        return stable_hash({"stage": stage, "version": version, "code": __version__, "params": params, "inputs": sorted(inputs)})
+    def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
+            code: Sequence[ModuleType] = ()) -> str:
+        return stable_hash({"stage": stage, "version": version, "code": code_fingerprint(code), "params": params,
+                            "inputs": sorted(inputs)})
 
     def entry(self, stage: str, key: str) -> Path:
         return self.root / stage / key
@@ -134,14 +147,16 @@ class StageCache:
         return (self.entry(stage, key) / MANIFEST).exists()
 
     def get_or_build(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
-                     build: Callable[[Path], dict[str, Any] | None], *, user: str | None = None) -> StageRecord:
+                     build: Callable[[Path], dict[str, Any] | None], *, code: Sequence[ModuleType] = (),
+                     user: str | None = None) -> StageRecord:
         """Return the artifact for these params/inputs, building it with ``build(tmp_dir)`` if absent.
 
-        ``build`` writes its files into ``tmp_dir`` and may return extra manifest fields. ``user``
+        ``build`` writes its files into ``tmp_dir`` and may return extra manifest fields. ``code`` lists
+        the modules whose source defines the artifact (part of the key). ``user``
         (a run directory) is appended to the entry's ``users.txt`` so the cache listing can say which
         runs use an entry.
         """
-        key = self.key(stage, version, params, inputs)
+        key = self.key(stage, version, params, inputs, code)
         final = self.entry(stage, key)
         start = time.perf_counter()
         cached = self.reuse and self.is_complete(stage, key)
@@ -169,7 +184,7 @@ class StageCache:
         try:
             t0 = time.perf_counter()
             extra = build(tmp) or {}
-            manifest = {"stage": stage, "key": key, "code": __version__, "params": params, "inputs": inputs,
+            manifest = {"stage": stage, "key": key, "code": code_fingerprint(()), "params": params, "inputs": inputs,
                         "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
                         "host": socket.gethostname(), **extra}
             atomic_write_json(tmp / MANIFEST, manifest)

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from ..data import builtin
 from ..data.builtin import generate
-from ..data.types import Query, Skill
-from ..fields import Caps, render_pool, render_query
+from ..retrieval import bm25 as bm25_module, dense as dense_module, index as index_module
+from ..data.types import Query
+from ..fields import render_query
 from ..rankings import Ranking, read_rankings, write_rankings
 from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EncoderSpec, encode, load_encoder
@@ -23,7 +25,8 @@ DATA_FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
 
 def builtin_data(cache: StageCache, params: dict[str, Any], user: str) -> tuple[dict[str, str], StageRecord]:
     """Generate the built-in benchmark once per parameter set."""
-    rec = cache.get_or_build("builtin_data", 1, params, [], lambda out: {"files": {k: str(v.name) for k, v in generate(out, **params).items()}}, user=user)
+    rec = cache.get_or_build("builtin_data", 1, params, [], lambda out: {"files": {k: str(v.name) for k, v in generate(out, **params).items()}},
+                              code=[builtin], user=user)
     return {name: str(Path(rec.path) / f"{name}.jsonl") for name in DATA_FILES}, rec
 
 
@@ -45,7 +48,7 @@ def embed_pool(cache: StageCache, spec: EncoderSpec, texts: list[str], ids: list
         (out / "ids.json").write_text(json.dumps(ids))
         return {"n": len(ids), "dim": int(emb.shape[1])}
 
-    return cache.get_or_build("embed_pool", 1, params, inputs, build, user=user)
+    return cache.get_or_build("embed_pool", 1, params, inputs, build, code=[dense_module], user=user)
 
 
 def retrieve_dense(cache: StageCache, spec: EncoderSpec, pool_rec: StageRecord, queries: list[Query], caps_query: int,
@@ -63,7 +66,7 @@ def retrieve_dense(cache: StageCache, spec: EncoderSpec, pool_rec: StageRecord, 
         write_rankings(out / "rankings.jsonl", _ranked(ids, idx, scores, [q.id for q in queries]), top_n=k)
         return {"n_queries": len(queries)}
 
-    return cache.get_or_build("retrieve", 1, params, inputs, build, user=user)
+    return cache.get_or_build("retrieve", 1, params, inputs, build, code=[dense_module, index_module], user=user)
 
 
 def retrieve_bm25(cache: StageCache, enc_cfg: dict[str, Any], texts: list[str], ids: list[str], queries: list[Query],
@@ -78,12 +81,9 @@ def retrieve_bm25(cache: StageCache, enc_cfg: dict[str, Any], texts: list[str], 
         write_rankings(out / "rankings.jsonl", _ranked(ids, idx, scores, [q.id for q in queries]), top_n=k)
         return {"n_queries": len(queries)}
 
-    return cache.get_or_build("retrieve", 1, params, inputs, build, user=user)
+    return cache.get_or_build("retrieve", 1, params, inputs, build, code=[bm25_module], user=user)
 
 
 def load_stage_rankings(rec: StageRecord) -> dict[str, Ranking]:
     return read_rankings(Path(rec.path) / "rankings.jsonl")
 
-
-def rendered_pool(skills: list[Skill], mode: str, caps: Caps, oracle: dict[str, str] | None) -> tuple[list[str], list[str]]:
-    return [s.id for s in skills], render_pool(skills, mode, caps, oracle)
