@@ -43,7 +43,7 @@ class ErrorPolicy:
         self.report.count(reason, str(err))
 
 
-def _str_field(rec: dict, key: str, path: str, where: int | str, *, required: bool) -> str:
+def str_field(rec: dict, key: str, path: str, where: int | str, *, required: bool) -> str:
     value = rec.get(key)
     if value is None:
         if required:
@@ -56,7 +56,7 @@ def _str_field(rec: dict, key: str, path: str, where: int | str, *, required: bo
     return value
 
 
-def _id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool) -> tuple[str, ...]:
+def id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool) -> tuple[str, ...]:
     value = rec.get(key)
     if value is None:
         if required:
@@ -70,7 +70,7 @@ def _id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool
 def make_skill(rec: dict, path: str, where: int | str, max_field_chars: int, report: LoadReport) -> Skill:
     """Validate one pool record. Overlong fields are truncated (and counted): no stage reads past
     a few thousand characters, and a 50 MB body must not exhaust memory downstream."""
-    values = {k: _str_field(rec, k, path, where, required=k in ("id", "name")) for k in SKILL_FIELDS}
+    values = {k: str_field(rec, k, path, where, required=k in ("id", "name")) for k in SKILL_FIELDS}
     for key in ("description", "body"):
         if len(values[key]) > max_field_chars:
             report.count(f"{key}: truncated to {max_field_chars} chars", f"{path}:{where} ({values['id']})")
@@ -117,8 +117,8 @@ def load_pool_r3(path: str | Path, policy: ErrorPolicy, max_field_chars: int) ->
     def records():
         for lineno, rec in read_jsonl(path):
             def build(rec=rec, lineno=lineno):
-                sid = _str_field(rec, "id", path, lineno, required=True)
-                text = _str_field(rec, "text", path, lineno, required=True)
+                sid = str_field(rec, "id", path, lineno, required=True)
+                text = str_field(rec, "text", path, lineno, required=True)
                 return make_skill({"id": sid, "name": rec.get("name") or sid, "body": text}, path, lineno, max_field_chars, policy.report)
             yield path, lineno, build
 
@@ -227,12 +227,12 @@ def load_benchmark_jsonl(path: str | Path, policy: ErrorPolicy) -> list[Query]:
     for lineno, rec in read_jsonl(path):
         try:
             qid = str(rec.get("id", lineno))
-            text = _str_field(rec, "query", path, lineno, required=False)
-            all_gt = _id_list(rec, "gt", path, lineno, required=True)
-            core = _id_list(rec, "core_gt", path, lineno, required=False) if "core_gt" in rec else None
+            text = str_field(rec, "query", path, lineno, required=False)
+            all_gt = id_list(rec, "gt", path, lineno, required=True)
+            core = id_list(rec, "core_gt", path, lineno, required=False) if "core_gt" in rec else None
             tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
             q = make_query(path, lineno, qid, text, all_gt, core, grades=_grades(rec, path, lineno),
-                           skip=_id_list(rec, "skip", path, lineno, required=False), tags=tags)
+                           skip=id_list(rec, "skip", path, lineno, required=False), tags=tags)
         except DataError as err:
             policy.bad(err)
             continue
@@ -312,12 +312,12 @@ def load_skillrouter_core(root: str | Path, policy: ErrorPolicy) -> list[Query]:
             qid = str(rec.get("task_id", rec.get("id", "")))
             if not qid:
                 raise DataError(tasks_path, lineno, "task_id", "missing")
-            text = _str_field(rec, "instruction" if "instruction" in rec else "query", tasks_path, lineno, required=False)
+            text = str_field(rec, "instruction" if "instruction" in rec else "query", tasks_path, lineno, required=False)
             rel = relevance.get(qid)
             if not isinstance(rel, dict):
                 raise DataError(str(rel_path), qid, None, "no relevance entry for this task")
-            core = _id_list(rel, "core", str(rel_path), qid, required=True)
-            aux = _id_list(rel, "auxiliary", str(rel_path), qid, required=False)
+            core = id_list(rel, "core", str(rel_path), qid, required=True)
+            aux = id_list(rel, "auxiliary", str(rel_path), qid, required=False)
             grades = _grades(rel, str(rel_path), qid) or {**{a: 1.0 for a in aux}, **{c: 2.0 for c in core}}
             tags = {"task_type": str(rel.get("task_type", "clean"))}
             q = make_query(tasks_path, lineno, qid, text, core + tuple(a for a in aux if a not in core), core,
@@ -337,10 +337,10 @@ def load_r3_queries(path: str | Path, policy: ErrorPolicy) -> list[Query]:
     out: list[Query] = []
     for lineno, rec in read_jsonl(path):
         try:
-            gt = _id_list(rec, "skill_ids", path, lineno, required=True)
-            skip = _id_list(rec, "rejected_skill_ids", path, lineno, required=False)
+            gt = id_list(rec, "skill_ids", path, lineno, required=True)
+            skip = id_list(rec, "rejected_skill_ids", path, lineno, required=False)
             tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
-            out.append(make_query(path, lineno, str(rec.get("id", lineno)), _str_field(rec, "query", path, lineno, required=False),
+            out.append(make_query(path, lineno, str(rec.get("id", lineno)), str_field(rec, "query", path, lineno, required=False),
                                   gt, None, skip=skip, tags=tags, gt_field="skill_ids"))
         except DataError as err:
             policy.bad(err)
@@ -379,6 +379,6 @@ def load_descriptions(path: str | Path) -> dict[str, str]:
     """Oracle-ND replacement descriptions: ``{"id", "description"}`` per line."""
     out: dict[str, str] = {}
     for lineno, rec in read_jsonl(path):
-        sid = _str_field(rec, "id", str(path), lineno, required=True)
-        out[sid] = _str_field(rec, "description", str(path), lineno, required=True)
+        sid = str_field(rec, "id", str(path), lineno, required=True)
+        out[sid] = str_field(rec, "description", str(path), lineno, required=True)
     return out

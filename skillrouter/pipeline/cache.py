@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -47,11 +48,18 @@ def texts_fingerprint(items: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=None)
+def _source_hash(module_file: str) -> str:
+    """Read once per process, so a file edited while a grid runs cannot change the keys of code
+    that is already loaded."""
+    return hashlib.sha256(Path(module_file).read_bytes()).hexdigest()
+
+
 def code_fingerprint(modules: Sequence[ModuleType]) -> str:
     """Hash of the package version and the source files of ``modules``."""
     h = hashlib.sha256(__version__.encode())
     for module in modules:
-        h.update(Path(inspect.getfile(module)).read_bytes())
+        h.update(_source_hash(inspect.getfile(module)).encode())
     return h.hexdigest()[:12]
 
 

@@ -31,7 +31,8 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg))
+        group = Path(hc.sweep.dir).name if multirun else "single"
+        return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
     except DataError as err:
         if multirun:
             return None

@@ -6,23 +6,34 @@ A failing cell records its error and never touches another cell's files.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..data import DataError, Dataset, load_dataset, load_descriptions
+from ..data import DataError, Dataset, Query, load_dataset, load_descriptions
 from ..data.jsonl import atomic_write_json
+from ..data.loaders import ErrorPolicy
 from ..eval.metrics import aggregate, per_query
 from ..fields import Caps, render_query, render_skill
 from ..rankings import Ranking, write_rankings
+from ..rerank.llm_judge import JudgeSpec, LLMJudge
+from ..rerank.scorers import PairScorer, RerankerSpec
 from ..retrieval.dense import EncoderSpec
-from .cache import StageCache, StageRecord, record_dict
-from .provenance import provenance
+from ..train.encoder import EncoderLoss
+from ..train.loop import TrainConfig
+from ..train.negatives import NegativeCounts
+from ..train.pairs import TrainExample, load_pairs
 from . import stages
+from .cache import StageCache, StageRecord, record_dict, texts_fingerprint
+from ..tracking import make_tracker
+from .provenance import provenance
+from .train_stages import EncoderTraining, train_encoder_stage, train_queries, train_reranker_stage
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,8 @@ def caps_of(cfg: DictConfig, stage: str) -> Caps:
 
 
 def encoder_spec(enc: DictConfig) -> EncoderSpec:
+    if enc.kind == "trained":
+        enc = enc.base
     return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
                        query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
                        batch_size=enc.batch_size)
@@ -76,23 +89,125 @@ def load_cell_data(ctx: CellContext) -> tuple[Dataset, dict[str, str] | None, di
     return dataset, oracle, paths
 
 
-def retrieve(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Ranking]:
+@dataclass
+class Retriever:
+    """A first-stage retriever over one rendered pool: BM25, or a dense encoder with its pool
+    embeddings (``model_path`` set when the encoder was fine-tuned in this grid)."""
+
+    ids: list[str]
+    texts: list[str]
+    bm25: dict[str, Any] | None = None
+    spec: EncoderSpec | None = None
+    pool: StageRecord | None = None
+    model_path: str | None = None
+
+    def retrieve(self, ctx: CellContext, queries: list[Query], k: int) -> StageRecord:
+        cfg = ctx.cfg
+        if self.bm25 is not None:
+            return stages.retrieve_bm25(ctx.cache, self.bm25, self.texts, self.ids, queries, cfg.caps.query, k, ctx.user,
+                                        cfg.progress)
+        return stages.retrieve_dense(ctx.cache, self.spec, self.pool, queries, cfg.caps.query, k, ctx.user,
+                                     model_path=self.model_path, progress=cfg.progress)
+
+
+def dense_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str,
+                    model_path: str | None = None, model_key: str | None = None) -> Retriever:
+    spec = encoder_spec(enc)
+    pool = stages.embed_pool(ctx.cache, spec, texts, ids, ctx.user, model_path=model_path, model_key=model_key,
+                             progress=ctx.cfg.progress)
+    ctx.stages[stage_name] = pool
+    return Retriever(ids, texts, spec=spec, pool=pool, model_path=model_path)
+
+
+def base_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str) -> Retriever:
+    if enc.kind == "bm25":
+        return Retriever(ids, texts, bm25=OmegaConf.to_container(enc))
+    if enc.kind == "dense":
+        return dense_retriever(ctx, enc, ids, texts, stage_name)
+    raise ValueError(f"encoder.kind must be bm25, dense or trained, got {enc.kind!r}")
+
+
+def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, str | None]) -> list[TrainExample]:
+    if not paths.get("train_pairs"):
+        raise DataError("config", None, "data.train_pairs", "training needs a pairs JSONL ({query, skill_id(s)})")
+    benchmark = {g for q in dataset.queries for g in q.all_gt}
+    return load_pairs(paths["train_pairs"], {s.id for s in dataset.skills}, benchmark,
+                      ErrorPolicy(ctx.cfg.data.on_error, dataset.report))
+
+
+def trained_encoder(ctx: CellContext, dataset: Dataset, ids: list[str], texts: list[str],
+                    paths: dict[str, str | None]) -> Retriever:
+    """Mine negatives with the base encoder and BM25, filter them, fine-tune, re-embed the pool."""
+    cfg, enc = ctx.cfg, ctx.cfg.encoder
+    if enc.base.kind != "dense":
+        raise ValueError("encoder=trained needs a dense encoder.base")
+    examples = training_examples(ctx, dataset, paths)
+    tq = train_queries(examples)
+    base = base_retriever(ctx, enc.base, ids, texts, "embed_pool_base")
+    lexical = Retriever(ids, texts, bm25={"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"})
+    depth = enc.negatives.depth
+    ctx.stages["mine_semantic"] = sem = base.retrieve(ctx, tq, depth)
+    ctx.stages["mine_lexical"] = lex = lexical.retrieve(ctx, tq, depth)
+    lists = {name: [stages.load_stage_rankings(rec)[q.id].ids for q in tq] for name, rec in (("sem", sem), ("lex", lex))}
+    setup = EncoderTraining(spec=base.spec, loss=EncoderLoss(**enc.loss), negatives=NegativeCounts(**enc.negatives),
+                            fn_filter=OmegaConf.to_container(cfg.fn_filter), train=TrainConfig(**enc.train, seed=cfg.seed))
+    qtexts = [render_query(ex.query, cfg.caps.query, base.spec.query_instruction) for ex in examples]
+    rec = train_encoder_stage(ctx.cache, setup, examples, dict(zip(ids, texts)), {s.id: s for s in dataset.skills}, qtexts,
+                              base.pool, sem, lex, lists["sem"], lists["lex"], {g for q in dataset.queries for g in q.all_gt},
+                              ctx.user)
+    ctx.stages["train_encoder"] = rec
+    atomic_write_json(ctx.run_dir / "fn_filter.json", json.loads((Path(rec.path) / "fn_filter.json").read_text()))
+    return dense_retriever(ctx, enc.base, ids, texts, "embed_pool", model_path=str(Path(rec.path) / "model"), model_key=rec.key)
+
+
+def prepare_retriever(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None,
+                      paths: dict[str, str | None]) -> Retriever:
     cfg = ctx.cfg
-    enc = cfg.encoder
     ids = [s.id for s in dataset.skills]
     texts = [render_skill(s, cfg.fields.mode, caps_of(cfg, "encoder"), oracle) for s in dataset.skills]
-    if enc.kind == "bm25":
-        rec = stages.retrieve_bm25(ctx.cache, OmegaConf.to_container(enc), texts, ids, dataset.queries,
-                                   cfg.caps.query, cfg.retrieve_k, ctx.user, cfg.progress)
-    elif enc.kind == "dense":
-        spec = encoder_spec(enc)
-        ctx.stages["embed_pool"] = stages.embed_pool(ctx.cache, spec, texts, ids, ctx.user, progress=cfg.progress)
-        rec = stages.retrieve_dense(ctx.cache, spec, ctx.stages["embed_pool"], dataset.queries, cfg.caps.query,
-                                    cfg.retrieve_k, ctx.user, progress=cfg.progress)
-    else:
-        raise ValueError(f"encoder.kind must be bm25 or dense, got {enc.kind!r}")
-    ctx.stages["retrieve"] = rec
+    if cfg.encoder.kind == "trained":
+        return trained_encoder(ctx, dataset, ids, texts, paths)
+    return base_retriever(ctx, cfg.encoder, ids, texts, "embed_pool")
+
+
+def reranker_spec(rr: DictConfig) -> RerankerSpec:
+    return RerankerSpec(model=rr.model, head=rr.head, max_length=rr.max_length, instruction=rr.instruction,
+                        batch_size=rr.batch_size)
+
+
+def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, retriever: Retriever,
+           rankings: dict[str, Ranking], paths: dict[str, str | None]) -> dict[str, Ranking]:
+    """Reorder each query's top ``topk`` with the configured reranker (trained here if asked)."""
+    cfg, rr = ctx.cfg, ctx.cfg.reranker
+    texts = {s.id: render_skill(s, cfg.fields.mode, caps_of(cfg, "reranker"), oracle) for s in dataset.skills}
+    model_key, model_path = "pretrained", None
+    if rr.kind == "trained":
+        examples = training_examples(ctx, dataset, paths)
+        cands = retriever.retrieve(ctx, train_queries(examples), rr.candidates)
+        ctx.stages["reranker_candidates"] = cands
+        cand_rankings = stages.load_stage_rankings(cands)
+        rec = train_reranker_stage(ctx.cache, reranker_spec(rr.base), OmegaConf.to_container(cfg.loss),
+                                   TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, examples, cands,
+                                   [cand_rankings[q.id].ids for q in train_queries(examples)], texts, ctx.user)
+        ctx.stages["train_reranker"] = rec
+        model_key, model_path = rec.key, str(Path(rec.path) / "model")
+    params = {"reranker": OmegaConf.to_container(rr), "topk": cfg.topk, "query_cap": cfg.caps.query}
+    if rr.kind == "trained":
+        params["reranker"] = {"trained": True, "base": OmegaConf.to_container(rr.base)}
+    rec = stages.rerank(ctx.cache, params, [model_key, ctx.stages["retrieve"].key, texts_fingerprint(list(texts.values()))],
+                        lambda: make_list_scorer(rr, texts, model_path), rankings, dataset.queries, cfg.topk,
+                        cfg.caps.query, ctx.user)
+    ctx.stages["rerank"] = rec
     return stages.load_stage_rankings(rec)
+
+
+def make_list_scorer(rr: DictConfig, texts: dict[str, str], model_path: str | None):
+    """A (query, candidate ids) -> scores callable for the configured reranker."""
+    if rr.kind == "llm_judge":
+        return LLMJudge(JudgeSpec(url=rr.url, model=rr.model, api_key_env=rr.api_key_env, timeout=rr.timeout,
+                                  max_chars_per_skill=rr.max_chars_per_skill), texts)
+    scorer = PairScorer(reranker_spec(rr.base if rr.kind == "trained" else rr), model_path=model_path)
+    return lambda query, ids: scorer.score([query] * len(ids), [texts[i] for i in ids])
 
 
 def rendered_examples(cfg: DictConfig, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Any]:
@@ -103,7 +218,8 @@ def rendered_examples(cfg: DictConfig, dataset: Dataset, oracle: dict[str, str] 
                   "encoder": render_skill(skill, cfg.fields.mode, caps_of(cfg, "encoder"), oracle),
                   "reranker": render_skill(skill, cfg.fields.mode, caps_of(cfg, "reranker"), oracle)},
         "query": {"id": query.id,
-                  "encoder": render_query(query.text, cfg.caps.query, cfg.encoder.get("query_instruction", "")),
+                  "encoder": render_query(query.text, cfg.caps.query,
+                                          "" if cfg.encoder.kind == "bm25" else encoder_spec(cfg.encoder).query_instruction),
                   "reranker": render_query(query.text, cfg.caps.query)},
     }
 
@@ -114,7 +230,11 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     t0 = time.perf_counter()
     dataset, oracle, paths = load_cell_data(ctx)
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
-    rankings = retrieve(ctx, dataset, oracle)
+    retriever = prepare_retriever(ctx, dataset, oracle, paths)
+    ctx.stages["retrieve"] = retriever.retrieve(ctx, dataset.queries, cfg.retrieve_k)
+    rankings = stages.load_stage_rankings(ctx.stages["retrieve"])
+    if cfg.reranker.kind != "none":
+        rankings = rerank(ctx, dataset, oracle, retriever, rankings, paths)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
     metrics, counts = ctx.timed("evaluate", aggregate, {r.qid: r.ids for r in ordered}, dataset.queries)
     write_rankings(run_dir / "rankings.jsonl", ordered)
@@ -131,20 +251,25 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     }
 
 
-def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
+def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str) -> dict[str, Any]:
     """Run a cell and record its status; failures are written, logged in one line and re-raised."""
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
+    tracker = make_tracker(cfg)
+    tracker.start(cfg, choices, run_dir, group)
     try:
         result = evaluate_cell(cfg, run_dir, choices)
+        tracker.log_result(result, json.loads((run_dir / "per_query.json").read_text()))
     except Exception as exc:
+        tracker.finish(failed=True)
         (run_dir / "error.txt").write_text(traceback.format_exc())
         failed = {"choices": choices, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         atomic_write_json(run_dir / "metrics.json", failed)
         atomic_write_json(run_dir / "status.json", {**failed, "ended": time.time()})
         log.error("cell failed: %s (traceback in %s)", failed["error"], run_dir / "error.txt")
         raise
+    tracker.finish()
     atomic_write_json(run_dir / "metrics.json", result)
     atomic_write_json(run_dir / "status.json", {"status": "completed", "ended": time.time(), "choices": choices,
                                                 "stages": result["stages"]})

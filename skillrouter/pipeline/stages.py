@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..data import builtin
 from ..data.builtin import generate
@@ -15,6 +16,8 @@ from ..retrieval import bm25 as bm25_module, dense as dense_module, index as ind
 from ..data.types import Query
 from ..fields import render_query
 from ..rankings import Ranking, read_rankings, write_rankings
+from ..rerank import reorder as reorder_module
+from ..rerank.reorder import ListScorer, rerank_top_k
 from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
@@ -87,3 +90,18 @@ def retrieve_bm25(cache: StageCache, enc_cfg: dict[str, Any], texts: list[str], 
 def load_stage_rankings(rec: StageRecord) -> dict[str, Ranking]:
     return read_rankings(Path(rec.path) / "rankings.jsonl")
 
+
+
+def rerank(cache: StageCache, params: dict[str, Any], inputs: list[str], make_scorer: Callable[[], ListScorer],
+           rankings: dict[str, Ranking], queries: list[Query], k: int, query_cap: int, user: str) -> StageRecord:
+    """Reorder every query's top-k; the scorer (a model load) is only built when the artifact is."""
+    inputs = inputs + [texts_fingerprint([q.id for q in queries]), texts_fingerprint([q.text for q in queries])]
+
+    def build(out: Path) -> dict[str, Any]:
+        scorer = make_scorer()
+        ordered = [rerank_top_k(rankings.get(q.id, Ranking(q.id, [], [])), render_query(q.text, query_cap), k, scorer)
+                   for q in tqdm(queries, desc=f"rerank top-{k}", leave=False)]
+        write_rankings(out / "rankings.jsonl", ordered, top_n=max(k, max((len(r.ids) for r in ordered), default=0)))
+        return {"n_queries": len(queries), "judge_failures": getattr(scorer, "failures", 0)}
+
+    return cache.get_or_build("rerank", 1, params, inputs, build, code=[reorder_module], user=user)

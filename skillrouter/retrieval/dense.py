@@ -22,12 +22,14 @@ class EncoderSpec:
 
 def load_encoder(spec: EncoderSpec, model_path: str | None = None):
     """Build the SentenceTransformer. With ``pooling`` set, assemble Transformer + Pooling + Normalize
-    explicitly (how Qwen3-Embedding's last-token pooling is reproduced from a bare checkpoint)."""
+    explicitly (how Qwen3-Embedding's last-token pooling is reproduced from a bare checkpoint).
+    ``model_path`` is a saved sentence-transformers model (a trained checkpoint, possibly only a
+    LoRA adapter), which carries its own pooling."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     path = model_path or resolve_model(spec.model)
-    if spec.pooling is None:
+    if model_path or spec.pooling is None:
         model = SentenceTransformer(path, device=device())
     else:
         transformer = Transformer(path, max_seq_length=spec.max_seq_length)

@@ -1,0 +1,89 @@
+"""Fine-tune a bi-encoder on training pairs with mined hard negatives (full or LoRA)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..models import device
+from ..retrieval.dense import EncoderSpec, load_encoder
+from .loop import TrainConfig, set_seed, train
+from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
+from .pairs import TrainExample
+
+
+@dataclass(frozen=True)
+class EncoderLoss:
+    """``infonce`` (SkillRouter, tau 0.05) or ``multi_infonce`` (R3, tau 1/30, lambda 0.25);
+    ``skip_in_pool`` adds each query's SKIP partners to the candidates (R3's ablation row B)."""
+
+    name: str = "infonce"
+    temperature: float = 0.05
+    sibling_weight: float = 0.25
+    skip_in_pool: bool = False
+
+
+@dataclass(frozen=True)
+class _Row:
+    query: str
+    positive: str
+    siblings: tuple[str, ...]
+    negatives: tuple[str, ...]
+
+
+def _rows(examples: list[TrainExample], negatives: list[list[str]], skip_in_pool: bool) -> list[_Row]:
+    rows = []
+    for ex, negs in zip(examples, negatives):
+        extra = tuple(s for s in ex.skip if s not in negs) if skip_in_pool else ()
+        for pos in ex.positives:
+            rows.append(_Row(ex.query, pos, tuple(p for p in ex.positives if p != pos), tuple(negs) + extra))
+    return rows
+
+
+def _embed(model, texts: list[str]) -> Tensor:
+    features = model.preprocess(texts)
+    features = {k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in features.items()}
+    return model(features)["sentence_embedding"]
+
+
+def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: list[list[str]], skill_texts: dict[str, str],
+                  loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path):
+    """Train and save a sentence-transformers model (or only its LoRA adapter) to ``out_dir``;
+    return ``(model, loss_curve)``. Query texts must already carry the encoder's instruction prefix."""
+    set_seed(cfg.seed)
+    model = load_encoder(spec).to(device())
+    model.float()  # train in fp32 (autocast supplies bf16 on CUDA)
+    if cfg.lora:
+        from peft import LoraConfig
+
+        model.add_adapter(LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                     target_modules="all-linear"))
+    rows = _rows(examples, negatives, loss_cfg.skip_in_pool)
+    if loss_cfg.name == "infonce":
+        loss_fn: torch.nn.Module = InfoNCELoss(loss_cfg.temperature)
+    elif loss_cfg.name == "multi_infonce":
+        loss_fn = MultiPositiveInfoNCELoss(loss_cfg.temperature, loss_cfg.sibling_weight)
+    else:
+        raise ValueError(f"encoder loss must be infonce or multi_infonce, got {loss_cfg.name!r}")
+
+    def compute_loss(indices) -> Tensor:
+        batch = [rows[i] for i in indices]
+        cand_ids = list(dict.fromkeys([r.positive for r in batch] + [n for r in batch for n in r.negatives]))
+        col = {cid: j for j, cid in enumerate(cand_ids)}
+        positive = torch.tensor([col[r.positive] for r in batch], device=model.device)
+        siblings = torch.zeros(len(batch), len(cand_ids), dtype=torch.bool, device=model.device)
+        for i, r in enumerate(batch):
+            for s in r.siblings:
+                if s in col:
+                    siblings[i, col[s]] = True
+        q = _embed(model, [r.query for r in batch])
+        c = _embed(model, [skill_texts[cid] for cid in cand_ids])
+        if isinstance(loss_fn, MultiPositiveInfoNCELoss):
+            return loss_fn(q, c, positive, siblings)
+        return loss_fn(q, c, positive, exclude=siblings)  # single-positive: other GT leave the denominator
+
+    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder")
+    model.save(str(out_dir))
+    return model, losses

@@ -1,0 +1,143 @@
+"""The optimisation loop shared by encoder and reranker training, with exact resume.
+
+AdamW (weight decay 0.01), cosine schedule with 5 % warmup, gradient clipping; bf16 autocast and
+gradient checkpointing when CUDA is present. The whole batch order (all epochs) is fixed up front
+from the seed, and every ``checkpoint_every`` steps the trainable weights, optimizer, scheduler, RNG
+states and loss curve are written atomically to ``work_dir``, so a killed job restarted with the
+same arguments continues from its last checkpoint and ends where an uninterrupted run ends.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.05
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    checkpoint_every: int = 20
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def epoch_batches(n_items: int, cfg: TrainConfig) -> list[list[int]]:
+    """Item indices per step for every epoch, shuffled per epoch from the seed."""
+    rng = random.Random(cfg.seed)
+    steps: list[list[int]] = []
+    for _ in range(cfg.epochs):
+        order = list(range(n_items))
+        rng.shuffle(order)
+        steps += [order[i: i + cfg.batch_size] for i in range(0, n_items, cfg.batch_size)]
+    return steps
+
+
+def _trainable_state(module: nn.Module) -> dict[str, Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def latest_checkpoint(work_dir: Path) -> Path | None:
+    done = sorted(work_dir.glob("step-*/state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    return done[-1].parent if done else None
+
+
+def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, scheduler, losses: list[float]) -> None:
+    tmp = work_dir / f".tmp-step-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save({"model": _trainable_state(module), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": _rng_state()}, tmp / "state.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses}))
+    final = work_dir / f"step-{step}"
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in work_dir.glob("step-*"):  # keep only the newest checkpoint
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]], Tensor], cfg: TrainConfig,
+          work_dir: Path, desc: str = "train") -> list[float]:
+    """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss.
+    Returns the per-step loss curve (including steps done before a resume)."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    steps = epoch_batches(n_items, cfg)
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * len(steps)), len(steps))
+    start, losses = 0, []
+    ckpt = latest_checkpoint(work_dir)
+    if ckpt is not None:
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        module.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        meta = json.loads((ckpt / "state.json").read_text())
+        start, losses = meta["step"], meta["losses"]
+        log.info("%s: resuming from %s (step %d of %d)", desc, ckpt, start, len(steps))
+    cuda = torch.cuda.is_available()
+    if cuda and hasattr(module, "gradient_checkpointing_enable"):
+        module.gradient_checkpointing_enable()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+    module.train()
+    bar = tqdm(range(start, len(steps)), initial=start, total=len(steps), desc=desc, leave=False)
+    for step in bar:
+        with autocast:
+            loss = compute_loss(steps[step])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(round(float(loss.detach()), 6))
+        bar.set_postfix(loss=losses[-1])
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps):
+            _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses)
+    module.eval()
+    return losses

