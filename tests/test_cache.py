@@ -96,3 +96,16 @@ def test_key_changes_with_the_stage_source(tmp_path):
     cache = StageCache(tmp_path)
     assert cache.key("s", 1, {}, [], [builtin]) != cache.key("s", 1, {}, [], [fields])
     assert cache.key("s", 1, {}, [], [builtin]) == cache.key("s", 1, {}, [], [builtin])
+
+
+def test_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
+    import socket
+    import subprocess
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock_path = tmp_path / "k.lock"
+    lock_path.write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "time": time.time()}))
+    lock = FileLock(lock_path, stale_after=3600, poll=0.01)
+    lock.acquire()
+    assert json.loads(lock_path.read_text())["pid"] == os.getpid()
+    lock.release()

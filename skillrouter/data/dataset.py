@@ -48,6 +48,7 @@ def load_dataset(
     qs, shipped = load_queries(queries, queries_format, policy, max_field_chars)
     ids = {s.id for s in skills}
     skills += [s for s in shipped if s.id not in ids]
+    added: set[str] = set()
     if distractors:
         extra = load_pool(distractors, "auto", policy, max_field_chars)
         ids = {s.id for s in skills}
@@ -56,10 +57,11 @@ def load_dataset(
                 policy.bad(DataError(str(distractors), f"skill {s.id}", "id", "distractor id already in the pool"))
                 continue
             skills.append(s)
+            added.add(s.id)
     qs = check_ground_truth(qs, {s.id for s in skills}, policy, str(queries))
     if not qs:
         raise DataError(str(queries), None, None, "no query left to evaluate after validation")
     if report.skipped:
         log.warning("data: %s", ", ".join(f"{n} x {r}" for r, n in sorted(report.skipped.items())))
     log.info("data: %d skills, %d queries", len(skills), len(qs))
-    return Dataset(skills=skills, queries=qs, report=report)
+    return Dataset(skills=skills, queries=qs, report=report, distractor_ids=frozenset(added))

@@ -75,6 +75,8 @@ class Dataset:
     skills: list[Skill]
     queries: list[Query]
     report: LoadReport = field(default_factory=LoadReport)
+    distractor_ids: frozenset[str] = frozenset()  # Hard-tier additions: evaluated against, never trained on
 
-    def skill_ids(self) -> list[str]:
-        return [s.id for s in self.skills]
+    def training_pool(self) -> list[Skill]:
+        """The pool without Hard-tier distractors: what training mines from, whatever the tier."""
+        return [s for s in self.skills if s.id not in self.distractor_ids]

@@ -73,6 +73,18 @@ class StageRecord:
     path: str
 
 
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class FileLock:
     """Exclusive lock file with a heartbeat and stale-lock takeover (safe on shared filesystems)."""
 
@@ -91,10 +103,15 @@ class FileLock:
         return True
 
     def _is_stale(self) -> bool:
+        """No heartbeat for ``stale_after`` seconds, or a holder on this host that no longer runs
+        (a killed or requeued job must not wait out the timeout on its own lock)."""
         try:
-            return time.time() - self.path.stat().st_mtime > self.stale_after
-        except FileNotFoundError:
+            if time.time() - self.path.stat().st_mtime > self.stale_after:
+                return True
+            holder = json.loads(self.path.read_text() or "{}")
+        except (FileNotFoundError, json.JSONDecodeError):
             return False
+        return holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", 0)))
 
     def acquire(self, on_wait: Callable[[], None] | None = None) -> None:
         waited = False

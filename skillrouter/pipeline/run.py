@@ -16,10 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..data import DataError, Dataset, Query, load_dataset, load_descriptions
+from ..data import DataError, Dataset, Query, Skill, load_dataset, load_descriptions
 from ..data.jsonl import atomic_write_json
 from ..data.loaders import ErrorPolicy
-from ..eval.metrics import aggregate, per_query
+from ..eval.metrics import aggregate, per_query, recall_curve
 from ..fields import Caps, render_query, render_skill
 from ..rankings import Ranking, write_rankings
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
@@ -47,11 +47,16 @@ class CellContext:
         self.stages: dict[str, StageRecord] = {}
         self.user = str(run_dir)
 
+    def record(self, name: str, rec: StageRecord) -> StageRecord:
+        """Keep the first record of a stage: a later lookup in the same cell is a cache hit of
+        the artifact this cell just built, not a reuse from another cell."""
+        return self.stages.setdefault(name, rec)
+
     def timed(self, name: str, fn, *args, **kwargs):
         """Time an uncached stage so metrics.json lists it beside the cached ones."""
         t0 = time.perf_counter()
         result = fn(*args, **kwargs)
-        self.stages[name] = StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path="")
+        self.record(name, StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path=""))
         return result
 
 
@@ -72,7 +77,8 @@ def load_cell_data(ctx: CellContext) -> tuple[Dataset, dict[str, str] | None, di
     data = cfg.data
     paths: dict[str, str | None] = {k: data.get(k) for k in stages.DATA_FILES}
     if data.get("builtin"):
-        paths, ctx.stages["builtin_data"] = stages.builtin_data(ctx.cache, OmegaConf.to_container(data.builtin), ctx.user)
+        paths, rec = stages.builtin_data(ctx.cache, OmegaConf.to_container(data.builtin), ctx.user)
+        ctx.record("builtin_data", rec)
     if not paths["pool"] or not paths["queries"]:
         raise DataError("config", None, "data.pool/data.queries", "both paths are required (data=jsonl data.pool=PATH data.queries=PATH)")
     if cfg.tier.distractors and not paths["distractors"]:
@@ -115,7 +121,7 @@ def dense_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: li
     spec = encoder_spec(enc)
     pool = stages.embed_pool(ctx.cache, spec, texts, ids, ctx.user, model_path=model_path, model_key=model_key,
                              progress=ctx.cfg.progress)
-    ctx.stages[stage_name] = pool
+    ctx.record(stage_name, pool)
     return Retriever(ids, texts, spec=spec, pool=pool, model_path=model_path)
 
 
@@ -135,39 +141,47 @@ def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, str |
                       ErrorPolicy(ctx.cfg.data.on_error, dataset.report))
 
 
-def trained_encoder(ctx: CellContext, dataset: Dataset, ids: list[str], texts: list[str],
-                    paths: dict[str, str | None]) -> Retriever:
-    """Mine negatives with the base encoder and BM25, filter them, fine-tune, re-embed the pool."""
+def render_encoder_pool(cfg: DictConfig, skills: list[Skill], oracle: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    return [s.id for s in skills], [render_skill(s, cfg.fields.mode, caps_of(cfg, "encoder"), oracle) for s in skills]
+
+
+def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None,
+                    paths: dict[str, str | None]) -> StageRecord:
+    """Mine negatives with the base encoder and BM25 over the training pool, filter them, fine-tune."""
     cfg, enc = ctx.cfg, ctx.cfg.encoder
     if enc.base.kind != "dense":
         raise ValueError("encoder=trained needs a dense encoder.base")
     examples = training_examples(ctx, dataset, paths)
     tq = train_queries(examples)
+    pool = dataset.training_pool()
+    ids, texts = render_encoder_pool(cfg, pool, oracle)
     base = base_retriever(ctx, enc.base, ids, texts, "embed_pool_base")
     lexical = Retriever(ids, texts, bm25={"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"})
     depth = enc.negatives.depth
-    ctx.stages["mine_semantic"] = sem = base.retrieve(ctx, tq, depth)
-    ctx.stages["mine_lexical"] = lex = lexical.retrieve(ctx, tq, depth)
+    sem = ctx.record("mine_semantic", base.retrieve(ctx, tq, depth))
+    lex = ctx.record("mine_lexical", lexical.retrieve(ctx, tq, depth))
     lists = {name: [stages.load_stage_rankings(rec)[q.id].ids for q in tq] for name, rec in (("sem", sem), ("lex", lex))}
     setup = EncoderTraining(spec=base.spec, loss=EncoderLoss(**enc.loss), negatives=NegativeCounts(**enc.negatives),
                             fn_filter=OmegaConf.to_container(cfg.fn_filter), train=TrainConfig(**enc.train, seed=cfg.seed))
     qtexts = [render_query(ex.query, cfg.caps.query, base.spec.query_instruction) for ex in examples]
-    rec = train_encoder_stage(ctx.cache, setup, examples, dict(zip(ids, texts)), {s.id: s for s in dataset.skills}, qtexts,
+    rec = train_encoder_stage(ctx.cache, setup, examples, dict(zip(ids, texts)), {s.id: s for s in pool}, qtexts,
                               base.pool, sem, lex, lists["sem"], lists["lex"], {g for q in dataset.queries for g in q.all_gt},
                               ctx.user)
-    ctx.stages["train_encoder"] = rec
+    ctx.record("train_encoder", rec)
     atomic_write_json(ctx.run_dir / "fn_filter.json", json.loads((Path(rec.path) / "fn_filter.json").read_text()))
-    return dense_retriever(ctx, enc.base, ids, texts, "embed_pool", model_path=str(Path(rec.path) / "model"), model_key=rec.key)
+    return rec
 
 
-def prepare_retriever(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None,
-                      paths: dict[str, str | None]) -> Retriever:
+def prepare_retriever(ctx: CellContext, dataset: Dataset, skills: list[Skill], oracle: dict[str, str] | None,
+                      paths: dict[str, str | None], stage_name: str = "embed_pool") -> Retriever:
+    """The cell's first-stage retriever over ``skills`` (fine-tuning the encoder first if asked)."""
     cfg = ctx.cfg
-    ids = [s.id for s in dataset.skills]
-    texts = [render_skill(s, cfg.fields.mode, caps_of(cfg, "encoder"), oracle) for s in dataset.skills]
+    ids, texts = render_encoder_pool(cfg, skills, oracle)
     if cfg.encoder.kind == "trained":
-        return trained_encoder(ctx, dataset, ids, texts, paths)
-    return base_retriever(ctx, cfg.encoder, ids, texts, "embed_pool")
+        rec = trained_encoder(ctx, dataset, oracle, paths)
+        return dense_retriever(ctx, cfg.encoder.base, ids, texts, stage_name, model_path=str(Path(rec.path) / "model"),
+                               model_key=rec.key)
+    return base_retriever(ctx, cfg.encoder, ids, texts, stage_name)
 
 
 def reranker_spec(rr: DictConfig) -> RerankerSpec:
@@ -175,21 +189,22 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
                         batch_size=rr.batch_size)
 
 
-def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, retriever: Retriever,
-           rankings: dict[str, Ranking], paths: dict[str, str | None]) -> dict[str, Ranking]:
+def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, rankings: dict[str, Ranking],
+           paths: dict[str, str | None]) -> dict[str, Ranking]:
     """Reorder each query's top ``topk`` with the configured reranker (trained here if asked)."""
     cfg, rr = ctx.cfg, ctx.cfg.reranker
     texts = {s.id: render_skill(s, cfg.fields.mode, caps_of(cfg, "reranker"), oracle) for s in dataset.skills}
     model_key, model_path = "pretrained", None
     if rr.kind == "trained":
         examples = training_examples(ctx, dataset, paths)
+        retriever = prepare_retriever(ctx, dataset, dataset.training_pool(), oracle, paths, "embed_pool_train")
         cands = retriever.retrieve(ctx, train_queries(examples), rr.candidates)
-        ctx.stages["reranker_candidates"] = cands
+        ctx.record("reranker_candidates", cands)
         cand_rankings = stages.load_stage_rankings(cands)
         rec = train_reranker_stage(ctx.cache, reranker_spec(rr.base), OmegaConf.to_container(cfg.loss),
                                    TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, examples, cands,
                                    [cand_rankings[q.id].ids for q in train_queries(examples)], texts, ctx.user)
-        ctx.stages["train_reranker"] = rec
+        ctx.record("train_reranker", rec)
         model_key, model_path = rec.key, str(Path(rec.path) / "model")
     params = {"reranker": OmegaConf.to_container(rr), "topk": cfg.topk, "query_cap": cfg.caps.query}
     if rr.kind == "trained":
@@ -197,7 +212,7 @@ def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, re
     rec = stages.rerank(ctx.cache, params, [model_key, ctx.stages["retrieve"].key, texts_fingerprint(list(texts.values()))],
                         lambda: make_list_scorer(rr, texts, model_path), rankings, dataset.queries, cfg.topk,
                         cfg.caps.query, ctx.user)
-    ctx.stages["rerank"] = rec
+    ctx.record("rerank", rec)
     return stages.load_stage_rankings(rec)
 
 
@@ -230,17 +245,18 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     t0 = time.perf_counter()
     dataset, oracle, paths = load_cell_data(ctx)
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
-    retriever = prepare_retriever(ctx, dataset, oracle, paths)
-    ctx.stages["retrieve"] = retriever.retrieve(ctx, dataset.queries, cfg.retrieve_k)
+    retriever = prepare_retriever(ctx, dataset, dataset.skills, oracle, paths)
+    ctx.record("retrieve", retriever.retrieve(ctx, dataset.queries, cfg.retrieve_k))
     rankings = stages.load_stage_rankings(ctx.stages["retrieve"])
     if cfg.reranker.kind != "none":
-        rankings = rerank(ctx, dataset, oracle, retriever, rankings, paths)
+        rankings = rerank(ctx, dataset, oracle, rankings, paths)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
     metrics, counts = ctx.timed("evaluate", aggregate, {r.qid: r.ids for r in ordered}, dataset.queries)
     write_rankings(run_dir / "rankings.jsonl", ordered)
     atomic_write_json(run_dir / "per_query.json", {q.id: per_query(r.ids, q) for q, r in zip(dataset.queries, ordered)})
     return {
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
+        "recall_curve": [round(r, 6) for r in recall_curve({r.qid: r.ids for r in ordered}, dataset.queries)],
         "stages": {name: record_dict(rec) for name, rec in ctx.stages.items()},
         "data": {"paths": {k: v for k, v in paths.items() if v}, "tier_distractors": bool(cfg.tier.distractors),
                  "pool_format": cfg.data.pool_format, "queries_format": cfg.data.queries_format,

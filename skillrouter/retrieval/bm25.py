@@ -1,6 +1,8 @@
 """Lexical retrieval with bm25s over the rendered skill texts."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 
@@ -9,6 +11,7 @@ def bm25_search(docs: list[str], queries: list[str], k: int, k1: float = 1.5, b:
     """Return ``(indices, scores)`` of shape ``(len(queries), min(k, len(docs)))``, best first."""
     import bm25s
 
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(bm25s.tokenize(docs, stopwords=stopwords, show_progress=show_progress), show_progress=show_progress)
     query_tokens = bm25s.tokenize(queries, stopwords=stopwords, show_progress=False)

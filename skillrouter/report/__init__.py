@@ -1,0 +1,1 @@
+"""Collect grids into tidy data and regenerate the paper tables and figure: python -m skillrouter.report."""

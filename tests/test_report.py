@@ -1,0 +1,129 @@
+"""Reports from run directories written on the spot: tidy collection, tables, LaTeX/Markdown/CSV,
+missing-cell footnotes, significance, figure, byte-identical regeneration."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skillrouter.report.__main__ import generate
+from skillrouter.report.collect import collect
+from skillrouter.report.render import to_latex, to_markdown
+from skillrouter.report.significance import paired_randomization
+from skillrouter.report.tables import TABLES, build_table, reranker_contribution
+
+SPECS = {t.name: t for t in TABLES}
+BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
+        "seed": "0", "tracking": "none"}
+
+
+def make_run(root: Path, name: str, hits: list[int], status: str = "completed", **choices) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    ch = {**BASE, **choices}
+    if status != "completed":
+        (run / "metrics.json").write_text(json.dumps({"choices": ch, "status": status, "error": "DataError: boom"}))
+        return run
+    mean = sum(hits) / len(hits)
+    metrics = {m: mean for m in ("hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat",
+                                 "single/hit@1", "single/r@10", "single/fc@10", "multi/hit@1", "multi/r@10", "multi/fc@10")}
+    (run / "metrics.json").write_text(json.dumps({"choices": ch, "status": status, "metrics": metrics,
+                                                  "counts": {"all": len(hits), "single": len(hits), "multi": 0},
+                                                  "recall_curve": [mean] * 50}))
+    (run / "per_query.json").write_text(json.dumps({f"q{i}": {m: float(h) for m in metrics if "/" not in m}
+                                                    for i, h in enumerate(hits)}))
+    return run
+
+
+@pytest.fixture
+def grid(tmp_path):
+    root = tmp_path / "outputs" / "multirun" / "g"
+    good, bad = [1] * 18 + [0] * 2, [1] * 6 + [0] * 14
+    make_run(root, "0", good, encoder="minilm", tier="easy")
+    make_run(root, "1", [1] * 16 + [0] * 4, encoder="minilm", tier="hard")
+    make_run(root, "2", bad, encoder="bm25", tier="easy")
+    make_run(root, "3", [], status="failed", encoder="bm25", tier="hard")
+    make_run(root, "4", [1] * 20, encoder="minilm", tier="easy", reranker="trained")
+    return tmp_path, root
+
+
+def test_collect_lists_every_run_with_status(grid):
+    base, root = grid
+    runs = collect([root], base)
+    assert len(runs) == 5 and sorted(runs["status"]) == ["completed"] * 4 + ["failed"]
+    assert set(runs["run"]) == {f"outputs/multirun/g/{i}" for i in range(5)}
+
+
+def test_encoder_table_values_average_and_missing_reason(grid):
+    base, root = grid
+    table = build_table(SPECS["encoder_results"], collect([root], base), base)
+    v = table.values
+    assert v.loc["minilm", ("easy", "hit@1")] == pytest.approx(0.9)
+    assert v.loc["minilm", ("avg", "hit@1")] == pytest.approx((0.9 + 0.8) / 2)
+    assert v.loc["bm25", ("easy", "hit@1")] == pytest.approx(0.3)
+    assert "failed: DataError: boom" in table.missing[("bm25", ("hard",))]
+    assert table.missing[("bm25", ("avg",))] == "needs both tier runs"
+    latex = to_latex(table)
+    assert r"\toprule" in latex and r"\textbf{90.0}" in latex and r"---\textsuperscript{a}" in latex
+    assert "a: run outputs/multirun/g/3 failed" in latex.replace(r"\_", "_")
+    md = to_markdown(table)
+    assert "**90.0**" in md and "—<sup>a</sup>" in md
+
+
+def test_missing_run_is_named(grid):
+    base, root = grid
+    table = build_table(SPECS["fn_filter"], collect([root], base), base)
+    assert table.values.empty or table.values.isna().all().all()
+
+
+def test_significance_marks_a_clear_difference(grid):
+    base, root = grid
+    table = build_table(SPECS["encoder_results"], collect([root], base), base, with_significance=True)
+    assert ("bm25", ("easy", "hit@1")) in table.significant
+    assert "paired randomization" in to_latex(table)
+
+
+def test_paired_randomization():
+    assert paired_randomization([1] * 30, [0] * 30) < 0.001
+    assert paired_randomization([1, 0] * 10, [0, 1] * 10) > 0.5
+    assert paired_randomization([1, 1], [1, 1]) == 1.0
+
+
+def test_reranker_contribution_counts(grid):
+    base, root = grid
+    out = reranker_contribution(collect([root], base), base)
+    assert out.to_dict("records") == [{"system": "minilm + trained[listwise]", "tier": "easy", "topk": "20",
+                                       "fixed": 2, "degraded": 0, "net": 2, "queries": 20}]
+
+
+def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
+    base, root = grid
+    monkeypatch.chdir(base)
+    first = {p.name: p.read_bytes() for p in generate([root], base / "r1")}
+    second = {p.name: p.read_bytes() for p in generate([root], base / "r2")}
+    assert first == second
+    expected = {f"{t.name}.{ext}" for t in TABLES for ext in ("tex", "md", "csv")}
+    assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf", "reranker_contribution.csv"} == set(first)
+    assert b"outputs/multirun/g/3" in first["index.md"]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (.ci/run installs it)")
+def test_latex_compiles_in_a_booktabs_document(grid, tmp_path):
+    base, root = grid
+    runs = collect([root], base)
+    body = "\n".join(to_latex(build_table(spec, runs, base, with_significance=True)) for spec in TABLES)
+    doc = tmp_path / "tables.tex"
+    doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n"
+                   "\\begin{document}\n" + body + "\n\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_cli_without_runs_says_what_to_do(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "skillrouter.report"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "run a sweep first" in proc.stderr
