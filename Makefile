@@ -6,8 +6,11 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export HF_HUB_OFFLINE := 1
 export WANDB_SILENT := true
 
-.PHONY: setup demo test bench report
+.PHONY: setup system-deps demo test bench report sweep
 setup: $(STAMP)
+
+system-deps:
+	bash scripts/system_deps.sh
 
 # torch first, pinned: an unpinned resolver would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -19,9 +22,18 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/python launch.py -m encoder=bm25,minilm fields=nd,all
 
-test: setup
+test: setup system-deps
 	$(BIN)/python -m pytest -q
 
 bench: setup
 	$(BIN)/python benchmarks/embed_throughput.py
 	$(BIN)/python benchmarks/bm25_real_pool.py
+	$(BIN)/python benchmarks/grid_orchestration.py
+
+# make sweep NAME=encoder_results : run the grid behind one paper table (see sweeps/)
+sweep: setup
+	$(BIN)/python launch.py -m -cd sweeps -cn $(NAME)
+
+# make report : regenerate reports/ from every grid under outputs/multirun
+report: setup
+	$(BIN)/python -m skillrouter.report --significance

@@ -109,3 +109,20 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
     lock.acquire()
     assert json.loads(lock_path.read_text())["pid"] == os.getpid()
     lock.release()
+
+
+def test_prune_unused_and_by_stage(tmp_path):
+    from skillrouter.pipeline.cache import prune
+    cache = StageCache(tmp_path / "c")
+    live = tmp_path / "run-live"
+    live.mkdir()
+    cache.get_or_build("a", 1, {"x": 1}, [], lambda out: None, user=str(live))
+    cache.get_or_build("a", 1, {"x": 2}, [], lambda out: None, user=str(tmp_path / "run-deleted"))
+    cache.get_or_build("b", 1, {}, [], lambda out: None, user=str(live))
+    assert [e["key"] for e in prune(cache, unused=True, dry_run=True)] == [cache.key("a", 1, {"x": 2}, [])]
+    assert len(cache.entries()) == 3
+    prune(cache, unused=True)
+    assert sorted(e["stage"] for e in cache.entries()) == ["a", "b"]
+    prune(cache, stage="b")
+    assert [e["stage"] for e in cache.entries()] == ["a"]
+    assert prune(cache) == [] and len(cache.entries()) == 1  # no criterion: nothing goes

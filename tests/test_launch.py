@@ -81,3 +81,26 @@ def test_a_failed_cell_does_not_stop_the_grid(tmp_path):
     statuses = sorted(json.loads(f.read_text())["status"] for f in (tmp_path / "grid").glob("*/metrics.json"))
     assert statuses == ["completed", "failed"]
     assert "2 cells: 1 completed, 1 failed" in proc.stdout and "field 'name': missing" in proc.stdout
+
+
+def test_wandb_offline_run_per_cell_and_no_key_leaks(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "sk-secret-never-logged-0123456789")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    proc = launch(tmp_path, "encoder=bm25", "data=tiny", "fields=nd,all", "tracking=wandb")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted((tmp_path / "grid").glob("*/wandb/offline-run-*"))
+    assert len(runs) == 2
+    for run in runs:
+        assert list(run.glob("files/media/table/per_query_*.table.json"))
+        records = next(run.glob("run-*.wandb")).read_bytes()
+        assert b"hit@1" in records and b"encoder=bm25" in records
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and b"sk-secret-never-logged" in p.read_bytes()]
+    assert leaked == []
+
+
+def test_provenance_records_git_packages_seed(tmp_path):
+    assert launch(tmp_path, "encoder=bm25", "data=tiny", "seed=3", multirun=False).returncode == 0
+    prov = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert prov["seed"] == 3 and prov["packages"]["torch"] and prov["config"]["encoder"]["name"] == "bm25"
+    assert "git_commit" in prov and "git_dirty" in prov

@@ -154,11 +154,10 @@ class FileLock:
 
 
 class StageCache:
-    """Get-or-build for stage artifacts under ``root``. ``reuse=False`` rebuilds every time (the
-    benchmark's cache-off arm) but still publishes atomically."""
+    """Get-or-build for stage artifacts under ``root``."""
 
-    def __init__(self, root: str | Path, reuse: bool = True, stale_after: float = 300.0):
-        self.root, self.reuse, self.stale_after = Path(root), reuse, stale_after
+    def __init__(self, root: str | Path, stale_after: float = 300.0):
+        self.root, self.stale_after = Path(root), stale_after
 
     def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
             code: Sequence[ModuleType] = ()) -> str:
@@ -184,13 +183,13 @@ class StageCache:
         key = self.key(stage, version, params, inputs, code)
         final = self.entry(stage, key)
         start = time.perf_counter()
-        cached = self.reuse and self.is_complete(stage, key)
+        cached = self.is_complete(stage, key)
         if not cached:
             final.parent.mkdir(parents=True, exist_ok=True)
             lock = FileLock(final.parent / f"{key}.lock", stale_after=self.stale_after)
             lock.acquire(on_wait=lambda: log.info("%s %s: another job is building it; waiting", stage, key))
             try:
-                cached = self.reuse and self.is_complete(stage, key)  # built while we waited
+                cached = self.is_complete(stage, key)  # built while we waited
                 if not cached:
                     self._build(stage, key, params, inputs, final, build)
             finally:
@@ -213,7 +212,7 @@ class StageCache:
                         "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
                         "host": socket.gethostname(), **extra}
             atomic_write_json(tmp / MANIFEST, manifest)
-            if final.exists():  # incomplete leftover (no manifest) or a forced rebuild
+            if final.exists():  # incomplete leftover (no manifest)
                 shutil.rmtree(final)
             os.replace(tmp, final)
         except BaseException:
@@ -235,3 +234,76 @@ class StageCache:
 
 def record_dict(rec: StageRecord) -> dict[str, Any]:
     return {k: v for k, v in asdict(rec).items() if k != "path"}
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def prune(cache: StageCache, *, stage: str | None = None, older_than_days: float | None = None, unused: bool = False,
+          everything: bool = False, dry_run: bool = False) -> list[dict[str, Any]]:
+    """Remove entries matching every given criterion; also abandoned temporary builds. Returns what
+    was (or, with ``dry_run``, would be) removed. Resumable training work (``*.work``) is kept unless
+    ``everything``."""
+    now = time.time()
+    chosen = []
+    for e in cache.entries():
+        if stage and e["stage"] != stage:
+            continue
+        if older_than_days is not None and now - (e["created"] or now) < older_than_days * 86400:
+            continue
+        if unused and any(Path(u).exists() for u in e["users"]):
+            continue
+        if not (everything or older_than_days is not None or unused or stage):
+            continue
+        chosen.append(e)
+    leftovers = [p for p in cache.root.glob("*/.tmp-*") if now - p.stat().st_mtime > 3600]
+    if everything:
+        leftovers += list(cache.root.glob("*/*.work"))
+    if not dry_run:
+        for e in chosen:
+            shutil.rmtree(cache.entry(e["stage"], e["key"]), ignore_errors=True)
+        for p in leftovers:
+            shutil.rmtree(p, ignore_errors=True)
+    return chosen + [{"stage": p.parent.name, "key": p.name, "bytes": 0, "users": []} for p in leftovers]
+
+
+def main() -> None:
+    """``python -m skillrouter.pipeline.cache [--cache-dir DIR] list|prune ...``"""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Show or prune the stage cache.")
+    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/skillrouter"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="entries, sizes and the runs that use them")
+    p = sub.add_parser("prune", help="remove entries matching all given criteria")
+    p.add_argument("--stage")
+    p.add_argument("--older-than", type=float, metavar="DAYS")
+    p.add_argument("--unused", action="store_true", help="no run directory that used the entry still exists")
+    p.add_argument("--all", action="store_true", help="everything, including resumable training work")
+    p.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    cache = StageCache(args.cache_dir)
+    if args.command == "list":
+        entries = cache.entries()
+        for e in entries:
+            users = f"{len(e['users'])} runs" + (f" (e.g. {e['users'][-1]})" if e["users"] else "")
+            print(f"{e['stage']:<16} {e['key']}  {_human(e['bytes']):>9}  {users}")
+        work = list(cache.root.glob("*/*.work"))
+        print(f"{len(entries)} entries, {_human(sum(e['bytes'] for e in entries))}"
+              + (f"; {len(work)} interrupted training run(s) resumable" if work else ""))
+        return
+    removed = prune(cache, stage=args.stage, older_than_days=args.older_than, unused=args.unused,
+                    everything=args.all, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for e in removed:
+        print(f"{verb} {e['stage']}/{e['key']}")
+    print(f"{verb} {len(removed)} entries")
+
+
+if __name__ == "__main__":
+    main()

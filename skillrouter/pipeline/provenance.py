@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import platform
+import socket
 import subprocess
 import sys
+import time
 from importlib import metadata
 from typing import Any
 
@@ -37,6 +39,6 @@ def provenance(cfg: DictConfig) -> dict[str, Any]:
         "git_commit": _git("rev-parse", "HEAD", cwd=cwd),
         "git_dirty": None if status is None else bool(status),
         "python": sys.version.split()[0], "platform": platform.platform(),
-        "packages": package_versions(), "seed": cfg.get("seed"),
+        "packages": package_versions(), "seed": cfg.get("seed"), "host": socket.gethostname(), "started": time.time(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }

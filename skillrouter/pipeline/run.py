@@ -43,7 +43,7 @@ class CellContext:
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg, self.run_dir = cfg, run_dir
-        self.cache = StageCache(cfg.cache_dir, reuse=cfg.cache_reuse)
+        self.cache = StageCache(cfg.cache_dir)
         self.stages: dict[str, StageRecord] = {}
         self.user = str(run_dir)
 
