@@ -60,6 +60,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 EnforcePartLimits=ALL
 MinJobAge=3600
+KillWait=2
 ReturnToService=2
 SchedulerType=sched/backfill
 MpiDefault=none

@@ -98,11 +98,14 @@ def test_preempted_training_cell_is_requeued_and_resumes(slurm_env, tmp_path):
             if running:
                 requeued = running[0]["JobId"]
                 subprocess.run(["scontrol", "requeue", requeued], env=slurm_env, check=True)
-                # SLURM holds a requeued job ~2 min before it may start; an operator's
-                # `StartTime=now` skips the wait (retried: the job may still be completing)
-                for _ in range(50):
-                    if subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], env=slurm_env,
-                                      capture_output=True).returncode == 0:
+                # SLURM holds a requeued job ~2 min before it may start; once it is pending
+                # again, an operator's `StartTime=now` skips the wait
+                for _ in range(300):
+                    job = next((j for j in _scontrol_jobs(slurm_env) if j["JobId"] == requeued), {})
+                    if job.get("JobState") == "PENDING":
+                        subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], env=slurm_env,
+                                       capture_output=True)
+                    elif job.get("JobState") == "RUNNING" and job.get("Restarts", "0") != "0":
                         break
                     time.sleep(0.2)
         time.sleep(0.2)
@@ -135,3 +138,24 @@ def test_two_grids_at_once_over_one_cache(slurm_env, tmp_path):
     assert entries and not list(cache.glob("*/.tmp-*")) and not list(cache.glob("*/*.lock"))
     for entry in entries:
         assert json.loads((entry / "manifest.json").read_text())["key"] == entry.name
+
+
+def test_six_cell_grid_shares_training_and_reruns_from_cache(slurm_env, tmp_path):
+    """`loss=listwise,pointwise topk=10,20,50`: one encoder training, two reranker trainings, six
+    evaluations, a W&B offline run per cell; the rerun rebuilds nothing."""
+    grid = ("encoder=trained", "reranker=trained", "loss=listwise,pointwise", "topk=10,20,50", "tracking=wandb",
+            "reranker.train.batch_size=8", "reranker.list_size=4")
+    env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
+    first = launch(env, tmp_path / "first", tmp_path / "cache", *grid)
+    assert first.returncode == 0, first.stdout[-3000:]
+    runs = [json.loads(f.read_text()) for f in (tmp_path / "first").glob("*/metrics.json")]
+    assert len(runs) == 6 and all(r["status"] == "completed" for r in runs)
+    built = {name: {r["stages"][name]["key"] for r in runs if not r["stages"][name]["cached"]}
+             for name in ("train_encoder", "train_reranker", "rerank")}
+    assert {k: len(v) for k, v in built.items()} == {"train_encoder": 1, "train_reranker": 2, "rerank": 6}
+    assert len(list((tmp_path / "first").glob("*/wandb/offline-run-*"))) == 6
+    again = launch(env, tmp_path / "again", tmp_path / "cache", *grid)
+    assert again.returncode == 0, again.stdout[-3000:]
+    rerun = [json.loads(f.read_text()) for f in (tmp_path / "again").glob("*/metrics.json")]
+    assert all(s["cached"] for r in rerun for s in r["stages"].values() if s["key"] != "-")
+    assert "stages reused from cache" in again.stdout

@@ -72,13 +72,22 @@ class PairScorer(nn.Module):
         return json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"]
 
     def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
+        """prefix + ``<Instruct>/<Query>/<Document>`` + suffix, fit to ``max_length`` by cutting the
+        document; the instruction+query head is cut (from its end) only where it would leave the
+        document less than a quarter of the budget."""
         tok = self.tokenizer
-        prefix = tok(QWEN3_PREFIX, add_special_tokens=False)["input_ids"]
-        suffix = tok(QWEN3_SUFFIX, add_special_tokens=False)["input_ids"]
-        bodies = tok([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: {d}" for q, d in zip(queries, docs)],
-                     add_special_tokens=False, truncation=True,
-                     max_length=max(8, self.spec.max_length - len(prefix) - len(suffix)))["input_ids"]
-        return tok.pad({"input_ids": [prefix + b + suffix for b in bodies]}, padding=True, return_tensors="pt")
+
+        def ids(texts: list[str]) -> list[list[int]]:
+            return tok(texts, add_special_tokens=False)["input_ids"]
+
+        prefix, suffix = ids([QWEN3_PREFIX])[0], ids([QWEN3_SUFFIX])[0]
+        heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
+        budget = self.spec.max_length - len(prefix) - len(suffix)
+        rows = []
+        for head, doc in zip(heads, ids(docs)):
+            head = head[: budget - min(len(doc), budget // 4)]
+            rows.append(prefix + head + doc[: budget - len(head)] + suffix)
+        return tok.pad({"input_ids": rows}, padding=True, return_tensors="pt")
 
     def forward(self, queries: list[str], docs: list[str]) -> Tensor:
         """``[N]`` scores for N pairs."""
