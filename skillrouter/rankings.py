@@ -16,7 +16,7 @@ class Ranking:
     ids: list[str]
     scores: list[float]
 
-    def top(self, n: int) -> "Ranking":
+    def top(self, n: int) -> Ranking:
         return Ranking(self.qid, self.ids[:n], self.scores[:n])
 
 

@@ -159,3 +159,30 @@ def test_six_cell_grid_shares_training_and_reruns_from_cache(slurm_env, tmp_path
     rerun = [json.loads(f.read_text()) for f in (tmp_path / "again").glob("*/metrics.json")]
     assert all(s["cached"] for r in rerun for s in r["stages"].values() if s["key"] != "-")
     assert "stages reused from cache" in again.stdout
+
+
+def test_config_is_frozen_at_launch(slurm_env, tmp_path):
+    """Jobs are submitted held; the sweep's YAML is edited while they wait; released, they still
+    run the config composed at launch."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    sweep = conf / "frozen.yaml"
+    sweep.write_text("defaults:\n  - config\n  - _self_\nretrieve_k: 30\n")
+    args = [sys.executable, str(ROOT / "launch.py"), "-m", "-cd", str(conf), "-cn", "frozen", "encoder=bm25",
+            f"hydra.sweep.dir={tmp_path / 'grid'}", f"cache_dir={tmp_path / 'cache'}", "progress=false", "data=tiny",
+            *SLURM_ARGS, "+hydra.launcher.additional_parameters.hold=true"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    held: list[str] = []
+    for _ in range(300):
+        held = [j["JobId"] for j in _scontrol_jobs(slurm_env) if j.get("JobState") == "PENDING" and "Held" in j.get("Reason", "")]
+        if held:
+            break
+        time.sleep(0.2)
+    assert held, "the job was never submitted held"
+    sweep.write_text("defaults:\n  - config\n  - _self_\nretrieve_k: 40\n")
+    for job in held:
+        subprocess.run(["scontrol", "release", job], env=slurm_env, check=True)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-2000:]
+    run = next((tmp_path / "grid").glob("*/metrics.json")).parent
+    assert json.loads((run / "provenance.json").read_text())["config"]["retrieve_k"] == 30

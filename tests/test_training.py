@@ -4,11 +4,9 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import skillrouter.train.loop as loop
 from skillrouter.data import load_dataset
@@ -28,7 +26,7 @@ from skillrouter.retrieval.index import exact_top_k
 from skillrouter.train.encoder import EncoderLoss, train_encoder
 from skillrouter.train.loop import TrainConfig
 from skillrouter.train.pairs import load_pairs
-from skillrouter.train.reranker import CandidateList, build_lists, train_reranker
+from skillrouter.train.reranker import build_lists, train_reranker
 
 TINY = dict(n_domains=3, techs_per_domain=2, siblings=3, eval_siblings=1, n_multi=3)
 

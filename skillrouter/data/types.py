@@ -62,7 +62,7 @@ class LoadReport:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         self.examples.setdefault(reason, example)
 
-    def merge(self, other: "LoadReport") -> None:
+    def merge(self, other: LoadReport) -> None:
         for reason, n in other.skipped.items():
             self.skipped[reason] = self.skipped.get(reason, 0) + n
             self.examples.setdefault(reason, other.examples[reason])

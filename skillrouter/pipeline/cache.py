@@ -48,7 +48,7 @@ def texts_fingerprint(items: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source_hash(module_file: str) -> str:
     """Read once per process, so a file edited while a grid runs cannot change the keys of code
     that is already loaded."""
@@ -145,7 +145,7 @@ class FileLock:
             self._thread.join()
         self.path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 
