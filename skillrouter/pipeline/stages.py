@@ -11,13 +11,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..data import builtin
-from ..data.builtin import generate
-from ..retrieval import bm25 as bm25_module, dense as dense_module, index as index_module
 from ..data.types import Query
 from ..fields import render_query
 from ..rankings import Ranking, read_rankings, write_rankings
 from ..rerank import reorder as reorder_module
 from ..rerank.reorder import ListScorer, rerank_top_k
+from ..retrieval import bm25 as bm25_module, dense as dense_module, index as index_module
 from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
@@ -28,7 +27,7 @@ DATA_FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
 
 def builtin_data(cache: StageCache, params: dict[str, Any], user: str) -> tuple[dict[str, str], StageRecord]:
     """Generate the built-in benchmark once per parameter set."""
-    rec = cache.get_or_build("builtin_data", 1, params, [], lambda out: {"files": {k: str(v.name) for k, v in generate(out, **params).items()}},
+    rec = cache.get_or_build("builtin_data", 1, params, [], lambda out: {"files": {k: str(v.name) for k, v in builtin.generate(out, **params).items()}},
                               code=[builtin], user=user)
     return {name: str(Path(rec.path) / f"{name}.jsonl") for name in DATA_FILES}, rec
 

@@ -29,6 +29,17 @@ class NegativeCounts:
     depth: int = 50
 
 
+def _pick(candidates: list[str], n: int, gt: tuple[str, ...], fn_filter: FalseNegativeFilter | None) -> list[str]:
+    """The first ``n`` candidates the false-negative filter lets through."""
+    picked: list[str] = []
+    for cand in candidates:
+        if len(picked) == n:
+            break
+        if fn_filter is None or fn_filter.keep(cand, gt):
+            picked.append(cand)
+    return picked
+
+
 def mine_negatives(examples: list[TrainExample], skills: list[Skill], semantic: list[list[str]], lexical: list[list[str]],
                    counts: NegativeCounts, fn_filter: FalseNegativeFilter | None, seed: int) -> tuple[list[list[str]], dict[str, int]]:
     """Return per example its negative ids, and how many each source contributed."""
@@ -41,26 +52,18 @@ def mine_negatives(examples: list[TrainExample], skills: list[Skill], semantic: 
     contributed = dict.fromkeys(SOURCES, 0)
     out: list[list[str]] = []
     for ex, sem, lex in zip(examples, semantic, lexical):
-        banned = set(ex.positives)
-        chosen: list[str] = []
-        cats = {category_of[p] for p in ex.positives}
-
-        def take(source: str, pool: list[str], n: int, shuffle: bool = True) -> None:
-            candidates = [c for c in pool if c not in banned and c not in chosen]
-            if shuffle:
-                rng.shuffle(candidates)
-            for cand in candidates:
-                if n == 0:
-                    break
-                if fn_filter is None or fn_filter.keep(cand, ex.positives):
-                    chosen.append(cand)
-                    contributed[source] += 1
-                    n -= 1
-
-        take("semantic", sem[: counts.depth], counts.semantic)
-        take("lexical", lex[: counts.depth], counts.lexical)
-        take("category", [i for c in sorted(cats) if c for i in by_category[c]], counts.category)
+        cats = sorted({category_of.get(p, "") for p in ex.positives} - {""})
         others = [i for i in all_ids if category_of[i] not in cats] or all_ids
-        take("random", rng.sample(others, min(len(others), 20 + counts.random)), counts.random, shuffle=False)
+        sources = (("semantic", sem[: counts.depth], counts.semantic),
+                   ("lexical", lex[: counts.depth], counts.lexical),
+                   ("category", [i for c in cats for i in by_category[c]], counts.category),
+                   ("random", rng.sample(others, min(len(others), 20 + counts.random)), counts.random))
+        chosen: list[str] = []
+        for source, pool, n in sources:
+            candidates = [c for c in pool if c not in ex.positives and c not in chosen]
+            rng.shuffle(candidates)
+            picked = _pick(candidates, n, ex.positives, fn_filter)
+            chosen += picked
+            contributed[source] += len(picked)
         out.append(chosen)
     return out, contributed
