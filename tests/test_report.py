@@ -127,3 +127,13 @@ def test_latex_compiles_in_a_booktabs_document(grid, tmp_path):
 def test_cli_without_runs_says_what_to_do(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "skillrouter.report"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 2 and "run a sweep first" in proc.stderr
+
+
+def test_body_removal_rows_are_systems_that_ran_the_ablation(tmp_path):
+    root = tmp_path / "g"
+    make_run(root, "0", [1, 0, 0, 0], encoder="minilm", tier="easy", fields="nd")
+    make_run(root, "1", [1, 1, 1, 0], encoder="minilm", tier="easy", fields="all")
+    make_run(root, "2", [1, 1, 1, 1], encoder="trained", tier="easy", fields="all")  # no nd run: not a row
+    table = build_table(SPECS["body_removal"], collect([root], tmp_path), tmp_path)
+    assert list(table.values.index) == ["minilm"]
+    assert table.values.loc["minilm", ("drop all-nd (pp)", "hit@1")] == pytest.approx(0.5)

@@ -51,6 +51,7 @@ class TableSpec:
     column_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     significance_vs: str | None = None            # row label every other row is tested against
     drop: tuple[str, str] | None = None           # add a column (a - b) over the first column dimension
+    row_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # a row needs a run with one of these
 
 
 TABLES: tuple[TableSpec, ...] = (
@@ -62,7 +63,7 @@ TABLES: tuple[TableSpec, ...] = (
               select={"fields": ("all",), "topk": ("20",)}, exclude={"reranker": ("none",)}),
     TableSpec("body_removal", "Body removal: Hit@1 with name+description only, full text, and Oracle-ND", "body_removal",
               ("hit@1",), columns=("fields",), column_values={"fields": ("nd", "all", "oracle_nd")},
-              select={"tier": ("easy",)}, drop=("all", "nd")),
+              select={"tier": ("easy",)}, drop=("all", "nd"), row_needs={"fields": ("nd", "oracle_nd")}),
     TableSpec("fn_filter", "False-negative filter ablation (trained encoder)", "fn_filter", ("hit@1", "mrr@10"),
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
@@ -76,7 +77,7 @@ TABLES: tuple[TableSpec, ...] = (
                          ("Reranker w/ graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "graded"))))),
     TableSpec("topk_ablation", "Top-K ablation: Hit@1 by candidates reranked", "topk_ablation", ("hit@1",),
               select={"fields": ("all",)}, exclude={"reranker": ("none",)}, columns=("topk", "tier"),
-              column_values={"topk": ("10", "20", "50")}),
+              column_values={"topk": ("10", "20", "50")}, row_needs={"topk": ("10", "50")}),
     TableSpec("single_multi", "Single- vs multi-skill queries (Easy tier)", "pipeline_results",
               ("single/hit@1", "single/r@10", "single/fc@10", "multi/hit@1", "multi/r@10", "multi/fc@10"),
               select={"fields": ("all",), "tier": ("easy",), "topk": ("20",)}, columns=()),
@@ -126,7 +127,8 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
         row_sel = {label: dict(sel) for label, sel in spec.row_specs}
         rows = list(row_sel)
     else:
-        row_sel = {label: {spec.rows: label} for label in scoped[spec.rows]}
+        keep = scoped[_matches(scoped, spec.row_needs)] if spec.row_needs else scoped
+        row_sel = {label: {spec.rows: label} for label in keep[spec.rows]}
         rows = _order(list(row_sel))
     dims = [_dim_values(spec, d, scoped) for d in spec.columns]
     col_keys = list(itertools.product(*[vals + (("avg",) if d == "tier" else ()) for d, vals in zip(spec.columns, dims)]))
@@ -196,7 +198,8 @@ def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
         out.append({"system": r["system"], "tier": r["tier"], "topk": r["topk"], "fixed": fixed, "degraded": degraded,
                     "net": fixed - degraded, "queries": len(a)})
     cols = ["system", "tier", "topk", "fixed", "degraded", "net", "queries"]
-    return pd.DataFrame(out, columns=cols).sort_values(["system", "tier", "topk"], kind="stable").reset_index(drop=True)
+    table = pd.DataFrame(out, columns=cols).drop_duplicates(["system", "tier", "topk"], keep="last")
+    return table.sort_values(["system", "tier", "topk"], kind="stable").reset_index(drop=True)
 
 
 __all__ = ["CHOICE_KEYS", "TABLES", "Table", "TableSpec", "build_table", "reranker_contribution"]
