@@ -27,8 +27,9 @@ def recall_figure(runs: pd.DataFrame, run_root: Path, out_dir: Path) -> list[Pat
             if curve:
                 ax.plot(range(1, len(curve) + 1), curve, label=enc, linewidth=1.4)
         pipelines = tier_runs[(tier_runs["reranker"] != "none") & (tier_runs["topk"] == "20")]
-        for _, run in pipelines.iterrows():
-            ax.plot([1], [run["hit@1"]], marker="*", markersize=11, linestyle="none", label=system_label(run))
+        stars = {system_label(run): run["hit@1"] for _, run in pipelines.iterrows()}  # one per system
+        for label in _order(list(stars)):
+            ax.plot([1], [stars[label]], marker="*", markersize=11, linestyle="none", label=label)
         ax.set_title(f"{tier.capitalize()} tier")
         ax.set_xlabel("K")
         ax.set_xscale("log")
