@@ -99,12 +99,14 @@ up() {
   export SLURM_CONF=$CONF
   running "$DIR/slurmctld.pid" || slurmctld -f "$CONF" >&2
   running "$DIR/slurmd.pid" || slurmd -f "$CONF" >&2
-  for _ in $(seq 100); do
-    if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then break; fi
+  # a node restarted under old state may still be `completing` a step of a previous job: it is up
+  local ready='^(idle|mixed|allocated|completing)'
+  for _ in $(seq 200); do
+    if sinfo -h -o %T 2>/dev/null | grep -qE "$ready"; then break; fi
     scontrol update nodename=ALL state=resume >/dev/null 2>&1 || true
     sleep 0.3
   done
-  sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)' || { log "node did not come up; see $DIR/log"; exit 1; }
+  sinfo -h -o %T | grep -qE "$ready" || { log "node did not come up; see $DIR/log"; exit 1; }
   log "up: $(sinfo -h -o '%P %D %T %c cpus')"
   echo "export SLURM_CONF=$CONF"
   echo "export PATH=$DIR/bin:\$PATH"
