@@ -45,7 +45,7 @@ def stage_counts(sweep: Path) -> dict[str, int]:
 def launch_overhead(sweep: Path, overrides: list[str], env: dict[str, str], n: int = 6) -> dict[str, float]:
     t0 = time.time()
     wall = run_grid(sweep, ["encoder=bm25", "data=tiny", f"seed={','.join(str(i) for i in range(n))}", *overrides], env)
-    starts = sorted(json.loads((d / "provenance.json").read_text())["started"] for d in sweep.glob("*/"))
+    starts = sorted(json.loads(p.read_text())["started"] for p in sweep.glob("*/provenance.json"))
     return {"cells": n, "wall_s": wall, "first_cell_start_s": round(starts[0] - t0, 2),
             "mean_launch_to_start_s": round(sum(s - t0 for s in starts) / len(starts), 2),
             "per_cell_s": round(wall / n, 2)}
