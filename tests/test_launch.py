@@ -104,3 +104,14 @@ def test_provenance_records_git_packages_seed(tmp_path):
     prov = json.loads((tmp_path / "run" / "provenance.json").read_text())
     assert prov["seed"] == 3 and prov["packages"]["torch"] and prov["config"]["encoder"]["name"] == "bm25"
     assert "git_commit" in prov and "git_dirty" in prov
+
+
+@pytest.mark.slow
+def test_easy_and_hard_cells_share_one_trained_reranker(tmp_path):
+    proc = launch(tmp_path, "data=tiny", "encoder=bm25", "reranker=trained", "tier=easy,hard",
+                  "reranker.list_size=4", "reranker.train.batch_size=8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [json.loads(f.read_text()) for f in (tmp_path / "grid").glob("*/metrics.json")]
+    assert sorted(r["choices"]["tier"] for r in runs) == ["easy", "hard"]
+    assert len({r["stages"]["train_reranker"]["key"] for r in runs}) == 1
+    assert sorted(r["stages"]["train_reranker"]["cached"] for r in runs) == [False, True]

@@ -197,13 +197,16 @@ def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, ra
     model_key, model_path = "pretrained", None
     if rr.kind == "trained":
         examples = training_examples(ctx, dataset, paths)
-        retriever = prepare_retriever(ctx, dataset, dataset.training_pool(), oracle, paths, "embed_pool_train")
-        cands = retriever.retrieve(ctx, train_queries(examples), rr.candidates)
+        tq = train_queries(examples)
+        pool = dataset.training_pool()
+        retriever = prepare_retriever(ctx, dataset, pool, oracle, paths, "embed_pool_train")
+        cands = retriever.retrieve(ctx, tq, rr.candidates)
         ctx.record("reranker_candidates", cands)
         cand_rankings = stages.load_stage_rankings(cands)
+        train_texts = {s.id: texts[s.id] for s in pool}  # no distractors: one model serves both tiers
         rec = train_reranker_stage(ctx.cache, reranker_spec(rr.base), OmegaConf.to_container(cfg.loss),
                                    TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, examples, cands,
-                                   [cand_rankings[q.id].ids for q in train_queries(examples)], texts, ctx.user)
+                                   [cand_rankings[q.id].ids for q in tq], train_texts, ctx.user)
         ctx.record("train_reranker", rec)
         model_key, model_path = rec.key, str(Path(rec.path) / "model")
     params = {"reranker": OmegaConf.to_container(rr), "topk": cfg.topk, "query_cap": cfg.caps.query}
