@@ -99,6 +99,11 @@ def _mean(rows: list[dict[str, float]], name: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def per_query_rows(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query]) -> dict[str, dict[str, float]]:
+    """Every query's metrics, keyed by query id (a query without a ranking scores as a miss)."""
+    return {q.id: per_query(rankings.get(q.id, ()), q) for q in queries}
+
+
 def aggregate(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query]) -> tuple[dict[str, float | None], dict[str, int]]:
     """Mean metrics overall and per subset, plus the query count of each subset.
 
@@ -106,7 +111,11 @@ def aggregate(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query]) -
     ``counts`` has ``all``, ``single``, ``multi`` and ``graded`` (queries scored with graded gains).
     """
     queries = list(queries)
-    rows = {q.id: per_query(rankings.get(q.id, ()), q) for q in queries}
+    return aggregate_rows(per_query_rows(rankings, queries), queries)
+
+
+def aggregate_rows(rows: Mapping[str, Mapping[str, float]], queries: list[Query]) -> tuple[dict[str, float | None], dict[str, int]]:
+    """:func:`aggregate` over per-query rows already computed (so a run computes them once)."""
     subsets = {
         "": [rows[q.id] for q in queries],
         "single/": [rows[q.id] for q in queries if len(q.gt) == 1],

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..data import DataError, Dataset, Query, Skill, load_dataset, load_descriptions
 from ..data.jsonl import atomic_write_json
 from ..data.loaders import ErrorPolicy
-from ..eval.metrics import aggregate, per_query, recall_curve
+from ..eval.metrics import aggregate_rows, per_query_rows, recall_curve
 from ..fields import Caps, render_query, render_skill
 from ..rankings import Ranking, write_rankings
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
@@ -242,8 +242,8 @@ def rendered_examples(cfg: DictConfig, dataset: Dataset, oracle: dict[str, str] 
     }
 
 
-def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
-    """Run one cell end to end and return the ``metrics.json`` payload."""
+def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    """Run one cell end to end; return the ``metrics.json`` payload and the per-query metrics."""
     ctx = CellContext(cfg, run_dir)
     t0 = time.perf_counter()
     dataset, oracle, paths = load_cell_data(ctx)
@@ -254,10 +254,11 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
     if cfg.reranker.kind != "none":
         rankings = rerank(ctx, dataset, oracle, rankings, paths)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
-    metrics, counts = ctx.timed("evaluate", aggregate, {r.qid: r.ids for r in ordered}, dataset.queries)
+    rows = per_query_rows({r.qid: r.ids for r in ordered}, dataset.queries)
+    metrics, counts = ctx.timed("evaluate", aggregate_rows, rows, dataset.queries)
     write_rankings(run_dir / "rankings.jsonl", ordered)
-    atomic_write_json(run_dir / "per_query.json", {q.id: per_query(r.ids, q) for q, r in zip(dataset.queries, ordered)})
-    return {
+    atomic_write_json(run_dir / "per_query.json", rows)
+    result = {
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
         "recall_curve": [round(r, 6) for r in recall_curve({r.qid: r.ids for r in ordered}, dataset.queries)],
         "stages": {name: record_dict(rec) for name, rec in ctx.stages.items()},
@@ -268,6 +269,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> di
                  "skipped": dataset.report.skipped, "skip_examples": dataset.report.examples},
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    return result, rows
 
 
 def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str) -> dict[str, Any]:
@@ -278,8 +280,8 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     tracker = make_tracker(cfg)
     tracker.start(cfg, choices, run_dir, group)
     try:
-        result = evaluate_cell(cfg, run_dir, choices)
-        tracker.log_result(result, json.loads((run_dir / "per_query.json").read_text()))
+        result, rows = evaluate_cell(cfg, run_dir, choices)
+        tracker.log_result(result, rows)
     except Exception as exc:
         tracker.finish(failed=True)
         (run_dir / "error.txt").write_text(traceback.format_exc())
