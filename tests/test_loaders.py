@@ -134,33 +134,28 @@ def test_skillsbench_task_folders(tmp_path):
     assert policy.report.skipped == {"protocol: generic_only task excluded": 1}
 
 
-def test_skillrouter_eval_core_format(tmp_path):
-    write_jsonl(tmp_path / "tasks.jsonl", [{"task_id": "t1", "instruction": "do x"}, {"task_id": "t2", "instruction": "y"}])
-    (tmp_path / "relevance.json").write_text(json.dumps({
-        "t1": {"core": ["a"], "auxiliary": ["b"], "task_type": "mixed"},
-        "t2": {"core": [], "auxiliary": ["pdf"], "task_type": "generic_only"},
-    }))
-    queries, _ = load_queries(tmp_path, "auto", _policy(), 100)
-    assert len(queries) == 1
-    q = queries[0]
-    assert q.gt == ("a",) and q.all_gt == ("a", "b") and q.grades == {"a": 2.0, "b": 1.0}
-
-
-def test_skillrouter_core_missing_relevance_entry(tmp_path):
-    write_jsonl(tmp_path / "tasks.jsonl", [{"task_id": "t9", "instruction": "x"}])
-    (tmp_path / "relevance.json").write_text("{}")
-    with pytest.raises(DataError, match=r"relevance.json:t9: no relevance entry"):
-        load_queries(tmp_path, "skillrouter_core", _policy(), 100)
-
-
 def test_r3_format(tmp_path):
-    skills = write_jsonl(tmp_path / "skills.jsonl", [{"id": "s1", "text": "Translate text"}, {"id": "s2", "text": "Plot"}])
+    skills = write_jsonl(tmp_path / "skills.jsonl", [{"id": "s1", "text": "translate | Translate text | Use the API."},
+                                                     {"id": "s2", "text": "plot | Draw charts"}])
     queries = write_jsonl(tmp_path / "q.jsonl", [{"query": "translate and plot", "skill_ids": ["s1", "s2"],
-                                                  "rejected_skill_ids": ["s3"], "direction": "zh-en"}])
+                                                  "lang": "zh-en", "n_skills": 2}])
     ds = load_dataset(skills, queries)
-    assert [s.id for s in ds.skills] == ["s1", "s2"] and ds.skills[0].name == "s1"
+    s1, s2 = ds.skills
+    assert (s1.name, s1.description, s1.body) == ("translate", "Translate text", "Use the API.")
+    assert (s2.name, s2.description, s2.body) == ("plot", "Draw charts", "")
+    assert s2.extra["text"] == "plot | Draw charts"  # the released string, verbatim
     q = ds.queries[0]
-    assert q.gt == ("s1", "s2") and q.skip == ("s3",) and q.tags["direction"] == "zh-en"
+    assert q.id == "0" and q.gt == ("s1", "s2") and q.tags == {"lang": "zh-en", "n_skills": "2"}
+
+
+@pytest.mark.parametrize("fmt, records", [
+    ("jsonl", [{"id": "q1", "query": "a", "gt": ["a"]}, {"id": "q1", "query": "b", "gt": ["b"]}]),
+    ("r3", [{"id": "q1", "query": "a", "skill_ids": ["a"]}, {"id": "q1", "query": "b", "skill_ids": ["b"]}]),
+])
+def test_repeated_query_id_is_a_located_error(tmp_path, fmt, records):
+    path = write_jsonl(tmp_path / "b.jsonl", records)
+    with pytest.raises(DataError, match=r"b.jsonl:2: field 'id': duplicate query id 'q1' \(first seen at .*b.jsonl:1\)"):
+        load_queries(path, fmt, _policy(), 100)
 
 
 def test_gt_missing_from_pool_error_and_skip(small_files, tmp_path):

@@ -112,3 +112,61 @@ def test_agreement_with_ir_measures():
     assert ours["r@10"] == pytest.approx(theirs[ir_measures.R @ 10])
     assert ours["r@20"] == pytest.approx(theirs[ir_measures.R @ 20])
     assert ours["ndcg@10"] == pytest.approx(theirs[ir_measures.nDCG @ 10])
+
+
+def test_every_metric_family_at_any_cutoff_by_hand():
+    from skillrouter.eval.metrics import parse_metrics
+    q = Query("q", "t", gt=("a", "b", "c"))
+    ranked = ["x", "a", "y", "b", "z", "w", "c"]
+    names = ["hit@1", "hit@2", "mrr@1", "mrr@3", "r@4", "p@3", "p@5", "fc@4", "fc@7", "ndcg@3", "comp@2", "comp@5", "set_compat"]
+    row = per_query(ranked, q, parse_metrics(names))
+    assert row["hit@1"] == 0.0 and row["hit@2"] == 1.0
+    assert row["mrr@1"] == 0.0 and row["mrr@3"] == 0.5
+    assert row["r@4"] == pytest.approx(2 / 3)
+    assert row["p@3"] == pytest.approx(1 / 3) and row["p@5"] == pytest.approx(2 / 5)
+    assert row["fc@4"] == 0.0 and row["fc@7"] == 1.0
+    # binary nDCG@3: one GT at rank 2; ideal fills min(3, |GT|) = 3 ranks
+    assert row["ndcg@3"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3) + 1 / math.log2(4)))
+    assert row["comp@2"] == pytest.approx(1 / 2) and row["comp@5"] == pytest.approx(2 / 3)
+    assert row["set_compat"] == 0.0
+
+
+def test_unknown_metric_names_are_refused():
+    from skillrouter.eval.metrics import parse_metric
+    for bad in ("hit@0", "recall@5", "ndcg", "fc@x"):
+        with pytest.raises(ValueError, match="unknown metric"):
+            parse_metric(bad)
+
+
+def test_r3_ndcg_ideal_over_min_k_and_gt():
+    """R3's reproduce.py: binary gains, IDCG over min(K, |GT|) ranks (here |GT| = 2 < K = 5)."""
+    from skillrouter.eval.metrics import parse_metrics
+    q = Query("q", "t", gt=("a", "b"))
+    row = per_query(["a", "x", "y", "b", "z"], q, parse_metrics(["ndcg@5", "ndcg@1"]))
+    assert row["ndcg@5"] == pytest.approx((1 + 1 / math.log2(5)) / (1 + 1 / math.log2(3)))
+    assert row["ndcg@1"] == 1.0
+
+
+def test_skillrouter_graded_ndcg_on_a_constructed_ranking():
+    """SkillRouter's evaluator: gains = `relevance` restricted to the pool (GT 3, degraded variant 1);
+    IDCG sorts all of them."""
+    from skillrouter.eval.metrics import parse_metrics
+    q = Query("t", "x", gt=("gt/a", "gt/b"), grades={"gt/a": 3.0, "gt/b": 3.0, "degraded/a_steps-removed_1": 1.0})
+    ranked = ["degraded/a_steps-removed_1", "gt/a", "other", "gt/b"]
+    row = per_query(ranked, q, parse_metrics(["ndcg@1", "ndcg@3", "ndcg@10", "hit@1", "p@3"]))
+    idcg = lambda k: sum(g / math.log2(r + 2) for r, g in enumerate([3, 3, 1][:k]))  # noqa: E731
+    assert row["ndcg@1"] == pytest.approx(1 / 3)
+    assert row["ndcg@3"] == pytest.approx((1 + 3 / math.log2(3)) / idcg(3))
+    assert row["ndcg@10"] == pytest.approx((1 + 3 / math.log2(3) + 3 / math.log2(5)) / idcg(10))
+    assert row["hit@1"] == 0.0 and row["p@3"] == pytest.approx(1 / 3)
+
+
+def test_breakdown_by_a_query_tag():
+    from skillrouter.eval.metrics import parse_metrics
+    qs = [Query("1", "t", gt=("a",), tags={"lang": "en"}), Query("2", "t", gt=("b",), tags={"lang": "zh"}),
+          Query("3", "t", gt=("a", "b"), tags={"lang": "zh"}), Query("4", "t", gt=("a",))]
+    metrics, counts = aggregate({"1": ["a"], "2": ["x"], "3": ["a", "b"], "4": ["a"]}, qs, parse_metrics(["hit@1", "set_compat"]),
+                                breakdown=["lang"])
+    assert counts["lang=en"] == 1 and counts["lang=zh"] == 2
+    assert metrics["lang=en/hit@1"] == 1.0 and metrics["lang=zh/hit@1"] == 0.5
+    assert metrics["lang=zh/set_compat"] == 1.0 and metrics["lang=en/set_compat"] is None

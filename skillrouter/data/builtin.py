@@ -71,6 +71,7 @@ TRAIN_TEMPLATES = [
     "What is the best way to {verb} {obj} in {tech}?",
 ]
 MULTI_TEMPLATE = "First {verb} the {obj} in {tech} {domain}, then {verb2} the {obj2} with {tech2}."
+FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
 FILLER = [
     "Prefer small, reversible steps and keep a log of every change.",
     "Ask before overwriting files that already exist.",
@@ -171,7 +172,7 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
                         "body": "# Universal assistant\n" + " ".join(f"Can {v} things." for v, _, _ in OPERATIONS) + "\n",
                         "category": "general", "source": "builtin-hard"})
     rng.shuffle(pool)  # so ties between identical nd texts are not broken in the GT's favour
-    paths = {name: out / f"{name}.jsonl" for name in ("pool", "queries", "distractors", "oracle_nd", "train_pairs")}
+    paths = {name: out / f"{name}.jsonl" for name in FILES}
     for name, records in zip(paths, (pool, queries, distractors, oracle, train)):
         atomic_write_jsonl(paths[name], records)
     return paths

@@ -1,34 +1,16 @@
-"""Assemble a :class:`Dataset` from a pool, a benchmark and an optional Hard-tier distractor file."""
+"""Assemble a :class:`Dataset`: from a pool, a benchmark and an optional Hard-tier distractor file, or
+from a released benchmark, as a ``data`` config slice names it."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
+from typing import Any, Mapping
 
-from .loaders import ErrorPolicy, load_pool, load_queries
-from .types import DataError, Dataset, LoadReport, Query, Skill
+from .loaders import ErrorPolicy, check_ground_truth, load_pool, load_queries
+from .releases import load_r3_skill, load_skillrouter_core
+from .types import DataError, Dataset, LoadReport, Skill
 
 log = logging.getLogger(__name__)
-
-
-def check_ground_truth(queries: list[Query], pool_ids: set[str], policy: ErrorPolicy, source: str) -> list[Query]:
-    """Every scored GT id must exist in the pool; otherwise a query could never be a hit and its
-    score would be a silent zero. Under ``skip`` the missing ids are dropped (counted) and queries left
-    without GT are skipped. Missing *non-core* ids never affect metrics and are only counted."""
-    kept: list[Query] = []
-    for q in queries:
-        missing = [g for g in q.gt if g not in pool_ids]
-        extra_missing = [g for g in q.all_gt if g not in pool_ids and g not in q.gt]
-        if extra_missing:
-            policy.report.count("gt: non-core id missing from pool (not scored)", f"{source} query {q.id}: {extra_missing}")
-        if missing:
-            err = DataError(source, f"query {q.id}", "gt", f"ground-truth ids missing from the pool: {missing}")
-            policy.bad(err)
-            if len(missing) == len(q.gt):
-                continue
-            q = dataclasses.replace(q, gt=tuple(g for g in q.gt if g in pool_ids))
-        kept.append(q)
-    return kept
 
 
 def load_dataset(
@@ -65,3 +47,35 @@ def load_dataset(
         log.warning("data: %s", ", ".join(f"{n} x {r}" for r, n in sorted(report.skipped.items())))
     log.info("data: %d skills, %d queries", len(skills), len(qs))
     return Dataset(skills=skills, queries=qs, report=report, distractor_ids=frozenset(added))
+
+
+DATA_SOURCES = ("files", "skillrouter_core", "r3_skill")
+
+
+def load_source(data: Mapping[str, Any], tier: str, with_distractors: bool) -> Dataset:
+    """The dataset a ``data`` config slice names, for one tier.
+
+    ``source: files`` reads ``pool`` + ``queries`` (+ ``distractors`` on the Hard tier);
+    ``skillrouter_core`` and ``r3_skill`` read a release under ``root`` (already downloaded).
+    """
+    source = data.get("source", "files")
+    policy = ErrorPolicy(data.get("on_error", "raise"), LoadReport())
+    max_chars = data.get("max_field_chars", 200_000)
+    if source == "files":
+        if not data.get("pool") or not data.get("queries"):
+            raise DataError("config", None, "data.pool/data.queries",
+                            "both paths are required (data=jsonl data.pool=PATH data.queries=PATH)")
+        if with_distractors and not data.get("distractors"):
+            raise DataError("config", None, "data.distractors", "tier=hard needs a distractor JSONL")
+        return load_dataset(data["pool"], data["queries"], distractors=data["distractors"] if with_distractors else None,
+                            pool_format=data.get("pool_format", "auto"), queries_format=data.get("queries_format", "auto"),
+                            on_error=policy.on_error, max_field_chars=max_chars)
+    if not data.get("root"):
+        raise DataError("config", None, "data.root", f"data={source} needs the release folder")
+    if source == "skillrouter_core":
+        return load_skillrouter_core(data["root"], tier, policy, max_chars)
+    if source == "r3_skill":
+        if tier != "easy":
+            raise DataError("config", None, "tier", "R3-Skill has a single test pool: use tier=easy")
+        return load_r3_skill(data["root"], policy, max_chars)
+    raise DataError("config", None, "data.source", f"expected one of {DATA_SOURCES}, got {source!r}")

@@ -1,8 +1,9 @@
 """Loaders for every pool and benchmark format the field uses, with one error policy.
 
 Pools: JSONL (plain/.gz, one skill per line), a folder tree of ``SKILL.md`` files, R3-Skill's
-``{id, text}`` JSONL. Benchmarks: our JSONL, SkillsBench task folders, SkillRouter's eval-core
-(``tasks.jsonl`` + ``relevance.json``), R3-Skill's ``{query, skill_ids}`` JSONL.
+``{id, text}`` JSONL. Benchmarks: our JSONL, SkillsBench task folders, R3-Skill's
+``{query, skill_ids}`` JSONL. The released benchmarks as a whole (pool + tasks + protocol) are read
+by :mod:`skillrouter.data.releases`.
 
 Every defect becomes a :class:`DataError` naming file, line/record and field. Under
 ``on_error="skip"`` the record is dropped and counted in the :class:`LoadReport` instead; protocol
@@ -10,6 +11,7 @@ exclusions (SkillsBench ``generic_only`` tasks) are always counted skips.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -68,8 +70,9 @@ def id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool)
 
 
 def make_skill(rec: dict, path: str, where: int | str, max_field_chars: int, report: LoadReport) -> Skill:
-    """Validate one pool record. Overlong fields are truncated (and counted): no stage reads past
-    a few thousand characters, and a 50 MB body must not exhaust memory downstream."""
+    """Validate one pool record. Strings are kept as written (a release's evaluator renders them
+    verbatim). Overlong fields are truncated (and counted): no stage reads past a few thousand
+    characters, and a 50 MB body must not exhaust memory downstream."""
     values = {k: str_field(rec, k, path, where, required=k in ("id", "name")) for k in SKILL_FIELDS}
     for key in ("description", "body"):
         if len(values[key]) > max_field_chars:
@@ -77,26 +80,28 @@ def make_skill(rec: dict, path: str, where: int | str, max_field_chars: int, rep
             values[key] = values[key][:max_field_chars]
     extra = {k: v for k, v in rec.items() if k not in SKILL_FIELDS}
     return Skill(
-        id=values["id"], name=values["name"].strip(), description=values["description"].strip(),
+        id=values["id"], name=values["name"], description=values["description"],
         body=values["body"], category=values["category"] or None, source=values["source"] or None, extra=extra,
     )
 
 
-def _collect_unique(records: Iterable[tuple[str, int | str, Callable[[], Skill]]], policy: ErrorPolicy) -> list[Skill]:
-    """Build skills, rejecting duplicate ids with both locations named."""
-    skills: list[Skill] = []
+def collect_unique(records: Iterable[tuple[str, int | str, Callable[[], Any]]], policy: ErrorPolicy,
+                   what: str = "skill") -> list[Any]:
+    """Build records (skills or queries) in order, rejecting a repeated id with both locations
+    named: a repeated id would otherwise silently replace an earlier record."""
+    items: list[Any] = []
     seen: dict[str, str] = {}
     for path, where, build in records:
         try:
-            skill = build()
-            if skill.id in seen:
-                raise DataError(path, where, "id", f"duplicate skill id {skill.id!r} (first seen at {seen[skill.id]})")
+            item = build()
+            if item.id in seen:
+                raise DataError(path, where, "id", f"duplicate {what} id {item.id!r} (first seen at {seen[item.id]})")
         except DataError as err:
             policy.bad(err)
             continue
-        seen[skill.id] = f"{path}:{where}"
-        skills.append(skill)
-    return skills
+        seen[item.id] = f"{path}:{where}"
+        items.append(item)
+    return items
 
 
 def load_pool_jsonl(path: str | Path, policy: ErrorPolicy, max_field_chars: int) -> list[Skill]:
@@ -106,12 +111,16 @@ def load_pool_jsonl(path: str | Path, policy: ErrorPolicy, max_field_chars: int)
         for lineno, rec in read_jsonl(path):
             yield path, lineno, lambda rec=rec, lineno=lineno: make_skill(rec, path, lineno, max_field_chars, policy.report)
 
-    return _collect_unique(records(), policy)
+    return collect_unique(records(), policy)
+
+
+R3_SEPARATOR = " | "
 
 
 def load_pool_r3(path: str | Path, policy: ErrorPolicy, max_field_chars: int) -> list[Skill]:
-    """R3-Skill pool: ``{"id", "text"}`` per line. The id doubles as the name (R3 ships no separate
-    name); the whole text is the body."""
+    """R3-Skill pool: ``{"id", "text": "name | description | body"}`` per line. The text is split
+    into its three segments (so BM25, ``fields=nd`` and our renderers see real fields) and also kept
+    verbatim in ``extra["text"]``: R3's models read exactly that string."""
     path = str(path)
 
     def records():
@@ -119,10 +128,13 @@ def load_pool_r3(path: str | Path, policy: ErrorPolicy, max_field_chars: int) ->
             def build(rec=rec, lineno=lineno):
                 sid = str_field(rec, "id", path, lineno, required=True)
                 text = str_field(rec, "text", path, lineno, required=True)
-                return make_skill({"id": sid, "name": rec.get("name") or sid, "body": text}, path, lineno, max_field_chars, policy.report)
+                parts = text.split(R3_SEPARATOR, 2) + ["", ""]
+                fields = {"id": sid, "name": parts[0] if parts[0].strip() else sid, "description": parts[1],
+                          "body": parts[2], **{k: v for k, v in rec.items() if k not in ("id", "name", "description", "body")}}
+                return make_skill(fields, path, lineno, max_field_chars, policy.report)
             yield path, lineno, build
 
-    return _collect_unique(records(), policy)
+    return collect_unique(records(), policy)
 
 
 def parse_skill_md(path: Path, root: Path, max_field_chars: int, report: LoadReport) -> Skill:
@@ -153,8 +165,8 @@ def parse_skill_md(path: Path, root: Path, max_field_chars: int, report: LoadRep
     desc = meta.get("description")
     record = {
         "id": rel if rel != "." else path.parent.name,
-        "name": meta.get("name") if isinstance(meta.get("name"), str) else None,
-        "description": desc if isinstance(desc, str) else ("" if desc is None else str(desc)),
+        "name": meta["name"].strip() if isinstance(meta.get("name"), str) else None,
+        "description": (desc if isinstance(desc, str) else ("" if desc is None else str(desc))).strip(),
         "body": body,
         **{k: v for k, v in meta.items() if k not in ("name", "description")},
     }
@@ -166,7 +178,7 @@ def load_pool_tree(root: str | Path, policy: ErrorPolicy, max_field_chars: int) 
     files = sorted(root.rglob("SKILL.md"))
     if not files:
         raise DataError(str(root), None, None, "no SKILL.md files found under this folder")
-    return _collect_unique(
+    return collect_unique(
         ((str(p), 1, lambda p=p: parse_skill_md(p, root, max_field_chars, policy.report)) for p in files), policy
     )
 
@@ -219,26 +231,35 @@ def _protocol_excluded(query: Query, path: str, where: int | str, report: LoadRe
     return False
 
 
+def _tags(rec: dict, skip: tuple[str, ...]) -> dict[str, str]:
+    """Every other field of a query record as a string tag (non-strings as JSON), so any of them can
+    be a metric breakdown (``eval.breakdown``)."""
+    return {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True)
+            for k, v in rec.items() if k not in skip}
+
+
+def _excluding_protocol(queries: list[Query], path: str, report: LoadReport) -> list[Query]:
+    return [q for q in queries if not _protocol_excluded(q, path, q.id, report)]
+
+
 def load_benchmark_jsonl(path: str | Path, policy: ErrorPolicy) -> list[Query]:
     """``{"id", "query", "gt", "core_gt"?, "grades"?, "skip"?, "task_type"?, ...}``; other string
-    fields (``domain``, ``direction``...) become tags."""
+    fields (``domain``, ``direction``...) become tags. A repeated ``id`` is an error."""
     path = str(path)
-    out: list[Query] = []
-    for lineno, rec in read_jsonl(path):
-        try:
-            qid = str(rec.get("id", lineno))
-            text = str_field(rec, "query", path, lineno, required=False)
-            all_gt = id_list(rec, "gt", path, lineno, required=True)
-            core = id_list(rec, "core_gt", path, lineno, required=False) if "core_gt" in rec else None
-            tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
-            q = make_query(path, lineno, qid, text, all_gt, core, grades=_grades(rec, path, lineno),
-                           skip=id_list(rec, "skip", path, lineno, required=False), tags=tags)
-        except DataError as err:
-            policy.bad(err)
-            continue
-        if not _protocol_excluded(q, path, lineno, policy.report):
-            out.append(q)
-    return out
+
+    def records():
+        for lineno, rec in read_jsonl(path):
+            def build(rec=rec, lineno=lineno):
+                qid = str(rec.get("id", lineno))
+                text = str_field(rec, "query", path, lineno, required=False)
+                all_gt = id_list(rec, "gt", path, lineno, required=True)
+                core = id_list(rec, "core_gt", path, lineno, required=False) if "core_gt" in rec else None
+                tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
+                return make_query(path, lineno, qid, text, all_gt, core, grades=_grades(rec, path, lineno),
+                                  skip=id_list(rec, "skip", path, lineno, required=False), tags=tags)
+            yield path, lineno, build
+
+    return _excluding_protocol(collect_unique(records(), policy, "query"), path, policy.report)
 
 
 def load_skillsbench_tasks(
@@ -288,69 +309,46 @@ def load_skillsbench_tasks(
     return queries, list(skills.values())
 
 
-def load_skillrouter_core(root: str | Path, policy: ErrorPolicy) -> list[Query]:
-    """SkillRouter eval-core release: ``tasks.jsonl`` (``task_id``, ``instruction``) and
-    ``relevance.json`` ``{task_id: {"core": [...], "auxiliary": [...], "grades"?: {...}, "task_type"}}``.
-
-    Metrics use ``core``; ``auxiliary`` ids are kept in ``all_gt`` and as grade-1 gains when no
-    grades are given (core = 2), matching the release's two-level relevance.
-    """
-    root = Path(root)
-    rel_path = root / "relevance.json"
-    try:
-        relevance = json.loads(rel_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(str(rel_path), None, None, "file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(str(rel_path), None, None, f"invalid JSON ({exc})") from None
-    if not isinstance(relevance, dict):
-        raise DataError(str(rel_path), None, None, "expected an object keyed by task id")
-    tasks_path = str(root / "tasks.jsonl")
-    out: list[Query] = []
-    for lineno, rec in read_jsonl(tasks_path):
-        try:
-            qid = str(rec.get("task_id", rec.get("id", "")))
-            if not qid:
-                raise DataError(tasks_path, lineno, "task_id", "missing")
-            text = str_field(rec, "instruction" if "instruction" in rec else "query", tasks_path, lineno, required=False)
-            rel = relevance.get(qid)
-            if not isinstance(rel, dict):
-                raise DataError(str(rel_path), qid, None, "no relevance entry for this task")
-            core = id_list(rel, "core", str(rel_path), qid, required=True)
-            aux = id_list(rel, "auxiliary", str(rel_path), qid, required=False)
-            grades = _grades(rel, str(rel_path), qid) or {**{a: 1.0 for a in aux}, **{c: 2.0 for c in core}}
-            tags = {"task_type": str(rel.get("task_type", "clean"))}
-            q = make_query(tasks_path, lineno, qid, text, core + tuple(a for a in aux if a not in core), core,
-                           grades=grades, tags=tags, text_field="instruction", gt_field="core")
-        except DataError as err:
-            policy.bad(err)
-            continue
-        if not _protocol_excluded(q, tasks_path, lineno, policy.report):
-            out.append(q)
-    return out
-
-
 def load_r3_queries(path: str | Path, policy: ErrorPolicy) -> list[Query]:
-    """R3-Skill queries: ``{"query", "skill_ids", "id"?, "rejected_skill_ids"?, "direction"?}``.
-    Rejected ids are the SKIP partners."""
+    """R3-Skill queries (``data/test.jsonl``): ``{"query", "skill_ids": [...], ...}``. A query
+    without ``id`` gets its 0-based position in the file (R3's own scripts index queries by
+    position); every other field is kept as a tag."""
     path = str(path)
-    out: list[Query] = []
-    for lineno, rec in read_jsonl(path):
-        try:
-            gt = id_list(rec, "skill_ids", path, lineno, required=True)
-            skip = id_list(rec, "rejected_skill_ids", path, lineno, required=False)
-            tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
-            out.append(make_query(path, lineno, str(rec.get("id", lineno)), str_field(rec, "query", path, lineno, required=False),
-                                  gt, None, skip=skip, tags=tags, gt_field="skill_ids"))
-        except DataError as err:
+
+    def records():
+        for index, (lineno, rec) in enumerate(read_jsonl(path)):
+            def build(rec=rec, lineno=lineno, index=index):
+                gt = id_list(rec, "skill_ids", path, lineno, required=True)
+                qid = str(rec["id"]) if "id" in rec else str(index)
+                return make_query(path, lineno, qid, str_field(rec, "query", path, lineno, required=False), gt, None,
+                                  tags=_tags(rec, ("id", "query", "skill_ids")), gt_field="skill_ids")
+            yield path, lineno, build
+
+    return collect_unique(records(), policy, "query")
+
+
+def check_ground_truth(queries: list[Query], pool_ids: set[str], policy: ErrorPolicy, source: str) -> list[Query]:
+    """Every scored GT id must exist in the pool; otherwise a query could never be a hit and its
+    score would be a silent zero. Under ``skip`` the missing ids are dropped (counted) and queries left
+    without GT are skipped. Missing *non-core* ids never affect metrics and are only counted."""
+    kept: list[Query] = []
+    for q in queries:
+        missing = [g for g in q.gt if g not in pool_ids]
+        extra_missing = [g for g in q.all_gt if g not in pool_ids and g not in q.gt]
+        if extra_missing:
+            policy.report.count("gt: non-core id missing from pool (not scored)", f"{source} query {q.id}: {extra_missing}")
+        if missing:
+            err = DataError(source, f"query {q.id}", "gt", f"ground-truth ids missing from the pool: {missing}")
             policy.bad(err)
-    return out
+            if len(missing) == len(q.gt):
+                continue
+            q = dataclasses.replace(q, gt=tuple(g for g in q.gt if g in pool_ids))
+        kept.append(q)
+    return kept
 
 
 def detect_queries_format(path: Path) -> str:
     if path.is_dir():
-        if (path / "tasks.jsonl").exists() and (path / "relevance.json").exists():
-            return "skillrouter_core"
         return "skillsbench"
     first: dict[str, Any] = next(read_jsonl(path), (0, {}))[1]
     return "r3" if "skill_ids" in first else "jsonl"
@@ -368,7 +366,7 @@ def load_queries(
     if fmt == "skillsbench":
         return load_skillsbench_tasks(path, policy, max_field_chars)
     loaders: dict[str, Callable[[Path, ErrorPolicy], list[Query]]] = {
-        "jsonl": load_benchmark_jsonl, "skillrouter_core": load_skillrouter_core, "r3": load_r3_queries,
+        "jsonl": load_benchmark_jsonl, "r3": load_r3_queries,
     }
     if fmt not in loaders:
         raise ValueError(f"unknown queries format {fmt!r}; choose one of auto, skillsbench, {', '.join(loaders)}")

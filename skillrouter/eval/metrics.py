@@ -1,45 +1,56 @@
-"""Every routing metric of the two papers, per query and aggregated.
+"""Every routing metric of the two papers, for any cutoff, per query and aggregated.
+
+A metric is named ``<family>@<K>`` (or ``set_compat``) and parsed by :func:`parse_metric`, so
+``eval.metrics`` can ask for any cutoff: ``hit@K``, ``mrr@K``, ``r@K``, ``p@K``, ``fc@K``, ``ndcg@K``,
+``comp@K``, ``set_compat``.
 
 Conventions (shared by all metrics):
 
 * ``ranked`` is a query's ranking, best first; duplicate ids count once, at their first position.
-* ``gt`` is the set of *core* ground-truth ids (the SkillRouter protocol); ranks are 1-based.
+* ``gt`` is the set of scored ground-truth ids (the *core* GT under the SkillRouter protocol,
+  restricted to the pool); ranks are 1-based.
 * A query with no ranking is scored on an empty list, i.e. as a miss: denominators never shrink.
-* Means are over the queries of a subset: ``single`` (|GT| = 1) and ``multi`` (|GT| >= 2); an empty
-  subset reports ``None`` with ``n = 0``.
+* Means are over the queries of a subset: ``single`` (|GT| = 1), ``multi`` (|GT| >= 2) and, per
+  ``eval.breakdown`` tag, ``<tag>=<value>``; an empty subset reports ``None`` with ``n = 0``.
 
 Per-query definitions:
 
 =============  ==================================================================================
-``hit@1``      1 if ranked[1] in GT else 0
-``mrr@10``     1 / r for the first rank r <= 10 holding a GT id, else 0
-``r@K``        |GT ∩ top-K| / |GT|                           (K = 10, 20, 50; recall)
-``fc@10``      1 if GT ⊆ top-10 else 0                       (full coverage)
-``ndcg@10``    DCG@10 / IDCG@10 with DCG = Σ_r gain(ranked[r]) / log2(r + 1), linear gains.
-               Gains are the query's graded labels where it has any, else 1 for each GT id
-               (binary); IDCG sorts all positive gains descending. ``ndcg_graded`` in the
-               aggregate says how many queries were scored with graded gains.
-``comp@10``    |GT ∩ top-10| / min(|GT|, 10)                 (R3's completeness)
+``hit@K``      1 if some GT id is in the top K else 0           (``hit@1``: top-1 accuracy)
+``mrr@K``      1 / r for the first rank r <= K holding a GT id, else 0
+``r@K``        |GT ∩ top-K| / |GT|                              (recall)
+``p@K``        |GT ∩ top-K| / K                                 (precision; SkillRouter's P@3)
+``fc@K``       1 if GT ⊆ top-K else 0                           (SkillRouter's full coverage)
+``ndcg@K``     DCG@K / IDCG@K, DCG = Σ_r gain(ranked[r]) / log2(r + 1), linear gains. Gains are the
+               query's graded labels where it has any (SkillRouter: ``relevance`` restricted to the
+               pool; IDCG sorts all of them), else 1 per GT id (R3: IDCG over min(K, |GT|) ones).
+``comp@K``     |GT ∩ top-K| / min(|GT|, K)                      (R3's completeness)
 ``set_compat`` multi-GT queries only: 1 if GT ⊆ top-|GT| else 0 (R3's Set-Compat)
 =============  ==================================================================================
 """
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ..data.types import Query
 
-RECALL_KS = (10, 20, 50)
-METRIC_NAMES = ("hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat")
+DEFAULT_METRICS = ("hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat")
+_NAME = re.compile(r"^(hit|mrr|r|p|fc|ndcg|comp)@([1-9][0-9]*)$")
 
 
 def _dedupe(ranked: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(ranked))
 
 
+def hit_at(ranked: Sequence[str], gt: set[str], k: int = 1) -> float:
+    return float(any(sid in gt for sid in ranked[:k]))
+
+
 def hit_at_1(ranked: Sequence[str], gt: set[str]) -> float:
-    return float(bool(ranked) and ranked[0] in gt)
+    return hit_at(ranked, gt, 1)
 
 
 def mrr_at(ranked: Sequence[str], gt: set[str], k: int = 10) -> float:
@@ -51,6 +62,10 @@ def mrr_at(ranked: Sequence[str], gt: set[str], k: int = 10) -> float:
 
 def recall_at(ranked: Sequence[str], gt: set[str], k: int) -> float:
     return len(gt.intersection(ranked[:k])) / len(gt)
+
+
+def precision_at(ranked: Sequence[str], gt: set[str], k: int) -> float:
+    return len(gt.intersection(ranked[:k])) / k
 
 
 def full_coverage_at(ranked: Sequence[str], gt: set[str], k: int = 10) -> float:
@@ -73,63 +88,112 @@ def ndcg_at(ranked: Sequence[str], gains: Mapping[str, float], k: int = 10) -> f
 
 
 def gains_of(query: Query) -> dict[str, float]:
-    """Graded gains where the query has them, else binary gains on the core GT."""
+    """Graded gains where the query has them, else binary gains on the scored GT."""
     return dict(query.grades) if query.grades else {g: 1.0 for g in query.gt}
 
 
-def per_query(ranked: Sequence[str], query: Query) -> dict[str, float]:
-    """All metrics of one query (``set_compat`` only for multi-GT queries)."""
+_FAMILIES: dict[str, Callable[[list[str], set[str], Query, int], float]] = {
+    "hit": lambda r, gt, q, k: hit_at(r, gt, k),
+    "mrr": lambda r, gt, q, k: mrr_at(r, gt, k),
+    "r": lambda r, gt, q, k: recall_at(r, gt, k),
+    "p": lambda r, gt, q, k: precision_at(r, gt, k),
+    "fc": lambda r, gt, q, k: full_coverage_at(r, gt, k),
+    "ndcg": lambda r, gt, q, k: ndcg_at(r, gains_of(q), k),
+    "comp": lambda r, gt, q, k: completeness_at(r, gt, k),
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One parsed metric name: ``family`` and cutoff ``k`` (``set_compat`` has none)."""
+
+    name: str
+    family: str
+    k: int | None
+
+    def multi_only(self) -> bool:
+        return self.family == "set_compat"
+
+    def __call__(self, ranked: list[str], gt: set[str], query: Query) -> float:
+        if self.family == "set_compat":
+            return set_compat(ranked, gt)
+        return _FAMILIES[self.family](ranked, gt, query, self.k)
+
+
+def parse_metric(name: str) -> Metric:
+    """``"ndcg@5"`` -> ``Metric("ndcg@5", "ndcg", 5)``; a clear error names what is accepted."""
+    name = str(name).strip().lower()
+    if name == "set_compat":
+        return Metric(name, "set_compat", None)
+    match = _NAME.match(name)
+    if not match:
+        raise ValueError(f"unknown metric {name!r}: use hit@K, mrr@K, r@K, p@K, fc@K, ndcg@K, comp@K or set_compat")
+    return Metric(name, match.group(1), int(match.group(2)))
+
+
+def parse_metrics(names: Iterable[str]) -> tuple[Metric, ...]:
+    return tuple(dict.fromkeys(parse_metric(n) for n in names))
+
+
+def per_query(ranked: Sequence[str], query: Query, metrics: Sequence[Metric] | None = None) -> dict[str, float]:
+    """The metrics of one query (``set_compat`` only for multi-GT queries)."""
     ranked = _dedupe(ranked)
     gt = set(query.gt)
-    out = {
-        "hit@1": hit_at_1(ranked, gt),
-        "mrr@10": mrr_at(ranked, gt, 10),
-        **{f"r@{k}": recall_at(ranked, gt, k) for k in RECALL_KS},
-        "fc@10": full_coverage_at(ranked, gt, 10),
-        "ndcg@10": ndcg_at(ranked, gains_of(query), 10),
-        "comp@10": completeness_at(ranked, gt, 10),
-    }
-    if len(gt) >= 2:
-        out["set_compat"] = set_compat(ranked, gt)
-    return out
+    return {m.name: m(ranked, gt, query) for m in (metrics or parse_metrics(DEFAULT_METRICS))
+            if not (m.multi_only() and len(gt) < 2)}
 
 
-def _mean(rows: list[dict[str, float]], name: str) -> float | None:
+def _mean(rows: list[Mapping[str, float]], name: str) -> float | None:
     values = [r[name] for r in rows if name in r]
     return sum(values) / len(values) if values else None
 
 
-def per_query_rows(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query]) -> dict[str, dict[str, float]]:
+def per_query_rows(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query],
+                   metrics: Sequence[Metric] | None = None) -> dict[str, dict[str, float]]:
     """Every query's metrics, keyed by query id (a query without a ranking scores as a miss)."""
-    return {q.id: per_query(rankings.get(q.id, ()), q) for q in queries}
+    metrics = metrics or parse_metrics(DEFAULT_METRICS)
+    return {q.id: per_query(rankings.get(q.id, ()), q, metrics) for q in queries}
 
 
-def aggregate(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query]) -> tuple[dict[str, float | None], dict[str, int]]:
+def subsets(queries: list[Query], breakdown: Sequence[str] = ()) -> dict[str, list[Query]]:
+    """``"" -> all``, ``single/``, ``multi/`` and one ``<tag>=<value>/`` subset per value of each
+    breakdown tag (queries without the tag are left out of that breakdown)."""
+    out = {"": list(queries), "single/": [q for q in queries if len(q.gt) == 1],
+           "multi/": [q for q in queries if len(q.gt) >= 2]}
+    for tag in breakdown:
+        for value in sorted({q.tags[tag] for q in queries if tag in q.tags}):
+            out[f"{tag}={value}/"] = [q for q in queries if q.tags.get(tag) == value]
+    return out
+
+
+def aggregate_rows(rows: Mapping[str, Mapping[str, float]], queries: list[Query],
+                   metrics: Sequence[Metric] | None = None,
+                   breakdown: Sequence[str] = ()) -> tuple[dict[str, float | None], dict[str, int]]:
     """Mean metrics overall and per subset, plus the query count of each subset.
 
-    Returns ``(metrics, counts)``: ``metrics`` has ``name`` and ``single/name``, ``multi/name`` keys;
-    ``counts`` has ``all``, ``single``, ``multi`` and ``graded`` (queries scored with graded gains).
+    Returns ``(metrics, counts)``: ``metrics`` has ``name``, ``single/name``, ``multi/name`` and
+    ``<tag>=<value>/name`` keys; ``counts`` has ``all``, ``single``, ``multi``, ``graded`` (queries
+    scored with graded gains) and ``<tag>=<value>``.
     """
-    queries = list(queries)
-    return aggregate_rows(per_query_rows(rankings, queries), queries)
-
-
-def aggregate_rows(rows: Mapping[str, Mapping[str, float]], queries: list[Query]) -> tuple[dict[str, float | None], dict[str, int]]:
-    """:func:`aggregate` over per-query rows already computed (so a run computes them once)."""
-    subsets = {
-        "": [rows[q.id] for q in queries],
-        "single/": [rows[q.id] for q in queries if len(q.gt) == 1],
-        "multi/": [rows[q.id] for q in queries if len(q.gt) >= 2],
-    }
-    metrics: dict[str, float | None] = {}
-    for prefix, subset in subsets.items():
-        for name in METRIC_NAMES:
-            if prefix == "single/" and name == "set_compat":
+    metrics = metrics or parse_metrics(DEFAULT_METRICS)
+    out: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    for prefix, subset in subsets(queries, breakdown).items():
+        subset_rows = [rows[q.id] for q in subset]
+        counts[prefix.rstrip("/") or "all"] = len(subset)
+        for m in metrics:
+            if prefix == "single/" and m.multi_only():
                 continue  # undefined for single-GT queries
-            metrics[prefix + name] = _mean(subset, name)
-    counts = {"all": len(queries), "single": len(subsets["single/"]), "multi": len(subsets["multi/"]),
-              "graded": sum(1 for q in queries if q.grades)}
-    return metrics, counts
+            out[prefix + m.name] = _mean(subset_rows, m.name)
+    counts["graded"] = sum(1 for q in queries if q.grades)
+    return out, counts
+
+
+def aggregate(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query], metrics: Sequence[Metric] | None = None,
+              breakdown: Sequence[str] = ()) -> tuple[dict[str, float | None], dict[str, int]]:
+    """:func:`aggregate_rows` over rankings (computes the per-query rows first)."""
+    queries = list(queries)
+    return aggregate_rows(per_query_rows(rankings, queries, metrics), queries, metrics, breakdown)
 
 
 def recall_curve(rankings: Mapping[str, Sequence[str]], queries: Iterable[Query], max_k: int = 50) -> list[float]:

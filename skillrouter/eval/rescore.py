@@ -9,22 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data import load_dataset
+from ..data.dataset import load_source
 from ..rankings import read_rankings
-from .metrics import aggregate
+from .metrics import aggregate, parse_metrics
 
 
 def rescore(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(recorded, recomputed)`` metric dicts for one run directory."""
     recorded = json.loads((run_dir / "metrics.json").read_text())
-    data = recorded["data"]
-    paths = data["paths"]
-    dataset = load_dataset(paths["pool"], paths["queries"],
-                           distractors=paths.get("distractors") if data["tier_distractors"] else None,
-                           pool_format=data["pool_format"], queries_format=data["queries_format"],
-                           on_error=data["on_error"], max_field_chars=data["max_field_chars"])
+    data, tier = recorded["data"]["config"], recorded["data"]["tier"]
+    dataset = load_source(data, tier["name"], bool(tier["distractors"]))
     rankings = read_rankings(run_dir / "rankings.jsonl")
-    metrics, _ = aggregate({qid: r.ids for qid, r in rankings.items()}, dataset.queries)
+    metrics, _ = aggregate({qid: r.ids for qid, r in rankings.items()}, dataset.queries,
+                           parse_metrics(recorded["eval"]["metrics"]), recorded["eval"]["breakdown"])
     return recorded["metrics"], metrics
 
 

@@ -12,18 +12,18 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..data import DataError, Dataset, Query, Skill, load_dataset, load_descriptions
+from ..data import DataError, Dataset, Query, Skill
 from ..data.jsonl import atomic_write_json
 from ..data.loaders import ErrorPolicy
-from ..eval.metrics import aggregate_rows, per_query_rows, recall_curve
-from ..fields import Caps, render_query, render_skill
-from ..rankings import Ranking, write_rankings
+from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
+from ..fields import Caps, TextSpec
+from ..rankings import Ranking, write_predictions, write_rankings
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
-from ..rerank.scorers import PairScorer, RerankerSpec
+from ..rerank.scorers import RerankerSpec, make_scorer
 from ..retrieval.dense import EncoderSpec
 from ..train.encoder import EncoderLoss
 from ..train.loop import TrainConfig
@@ -32,6 +32,7 @@ from ..train.pairs import TrainExample, load_pairs
 from . import stages
 from .cache import StageCache, StageRecord, record_dict, texts_fingerprint
 from ..tracking import make_tracker
+from .cell_data import load_cell_dataset, load_oracle, resolved_data
 from .provenance import provenance
 from .train_stages import EncoderTraining, train_encoder_stage, train_queries, train_reranker_stage
 
@@ -60,39 +61,38 @@ class CellContext:
         return result
 
 
-def caps_of(cfg: DictConfig, stage: str) -> Caps:
-    return Caps(description=cfg.caps[stage].description, body=cfg.caps[stage].body)
+def _stage_model(section: DictConfig) -> DictConfig:
+    """The model config a stage runs: a trained preset's ``base``, else the preset itself."""
+    return section.base if section.kind == "trained" else section
+
+
+def _caps(section: DictConfig, default: DictConfig) -> Caps:
+    """A preset's own ``caps`` (a released checkpoint's evaluator budget) win over the global ones."""
+    caps = section.caps if "caps" in section else default
+    return Caps(description=caps.description, body=caps.body)
+
+
+def encoder_text(cfg: DictConfig) -> TextSpec:
+    enc = _stage_model(cfg.encoder)
+    return TextSpec(mode=cfg.fields.mode, style=enc.get("text_style", "joined"), caps=_caps(enc, cfg.caps.encoder),
+                    query_cap=enc.query_cap if "query_cap" in enc else cfg.caps.query,
+                    query_instruction=enc.get("query_instruction", ""))
+
+
+def reranker_text(cfg: DictConfig) -> TextSpec:
+    rr = _stage_model(cfg.reranker)
+    prompt_format = rr.get("prompt_format", "qwen3")
+    return TextSpec(mode=cfg.fields.mode, style="joined" if prompt_format == "qwen3" else "skillrouter",
+                    caps=_caps(rr, cfg.caps.reranker), query_cap=rr.query_cap if "query_cap" in rr else cfg.caps.query,
+                    prompt_format=prompt_format)
 
 
 def encoder_spec(enc: DictConfig) -> EncoderSpec:
-    if enc.kind == "trained":
-        enc = enc.base
+    enc = _stage_model(enc)
     return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
                        query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
-                       batch_size=enc.batch_size)
-
-
-def load_cell_data(ctx: CellContext) -> tuple[Dataset, dict[str, str] | None, dict[str, str | None]]:
-    cfg = ctx.cfg
-    data = cfg.data
-    paths: dict[str, str | None] = {k: data.get(k) for k in stages.DATA_FILES}
-    if data.get("builtin"):
-        paths, rec = stages.builtin_data(ctx.cache, OmegaConf.to_container(data.builtin), ctx.user)
-        ctx.record("builtin_data", rec)
-    if not paths["pool"] or not paths["queries"]:
-        raise DataError("config", None, "data.pool/data.queries", "both paths are required (data=jsonl data.pool=PATH data.queries=PATH)")
-    if cfg.tier.distractors and not paths["distractors"]:
-        raise DataError("config", None, "data.distractors", "tier=hard needs a distractor JSONL")
-    dataset = ctx.timed("load_data", load_dataset, paths["pool"], paths["queries"],
-                        distractors=paths["distractors"] if cfg.tier.distractors else None,
-                        pool_format=data.pool_format, queries_format=data.queries_format,
-                        on_error=data.on_error, max_field_chars=data.max_field_chars)
-    oracle = None
-    if cfg.fields.mode == "oracle_nd":
-        if not paths["oracle_nd"]:
-            raise DataError("config", None, "data.oracle_nd", "fields=oracle_nd needs a JSONL of {id, description}")
-        oracle = load_descriptions(paths["oracle_nd"])
-    return dataset, oracle, paths
+                       batch_size=enc.batch_size, padding_side=enc.get("padding_side"),
+                       trust_remote_code=enc.get("trust_remote_code", False))
 
 
 @dataclass
@@ -102,18 +102,19 @@ class Retriever:
 
     ids: list[str]
     texts: list[str]
+    text: TextSpec
     bm25: dict[str, Any] | None = None
     spec: EncoderSpec | None = None
     pool: StageRecord | None = None
     model_path: str | None = None
 
     def retrieve(self, ctx: CellContext, queries: list[Query], k: int) -> StageRecord:
-        cfg = ctx.cfg
+        qtexts = [self.text.query(q.text) for q in queries]
         if self.bm25 is not None:
-            return stages.retrieve_bm25(ctx.cache, self.bm25, self.texts, self.ids, queries, cfg.caps.query, k, ctx.user,
-                                        cfg.progress)
-        return stages.retrieve_dense(ctx.cache, self.spec, self.pool, queries, cfg.caps.query, k, ctx.user,
-                                     model_path=self.model_path, progress=cfg.progress)
+            return stages.retrieve_bm25(ctx.cache, self.bm25, self.texts, self.ids, queries, qtexts, k, ctx.user,
+                                        ctx.cfg.progress)
+        return stages.retrieve_dense(ctx.cache, self.spec, self.pool, queries, qtexts, k, ctx.user,
+                                     model_path=self.model_path, progress=ctx.cfg.progress)
 
 
 def dense_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str,
@@ -122,18 +123,18 @@ def dense_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: li
     pool = stages.embed_pool(ctx.cache, spec, texts, ids, ctx.user, model_path=model_path, model_key=model_key,
                              progress=ctx.cfg.progress)
     ctx.record(stage_name, pool)
-    return Retriever(ids, texts, spec=spec, pool=pool, model_path=model_path)
+    return Retriever(ids, texts, encoder_text(ctx.cfg), spec=spec, pool=pool, model_path=model_path)
 
 
 def base_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str) -> Retriever:
     if enc.kind == "bm25":
-        return Retriever(ids, texts, bm25=OmegaConf.to_container(enc))
+        return Retriever(ids, texts, encoder_text(ctx.cfg), bm25=OmegaConf.to_container(enc))
     if enc.kind == "dense":
         return dense_retriever(ctx, enc, ids, texts, stage_name)
     raise ValueError(f"encoder.kind must be bm25, dense or trained, got {enc.kind!r}")
 
 
-def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, str | None]) -> list[TrainExample]:
+def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, Any]) -> list[TrainExample]:
     if not paths.get("train_pairs"):
         raise DataError("config", None, "data.train_pairs", "training needs a pairs JSONL ({query, skill_id(s)})")
     benchmark = {g for q in dataset.queries for g in q.all_gt}
@@ -142,11 +143,12 @@ def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, str |
 
 
 def render_encoder_pool(cfg: DictConfig, skills: list[Skill], oracle: dict[str, str] | None) -> tuple[list[str], list[str]]:
-    return [s.id for s in skills], [render_skill(s, cfg.fields.mode, caps_of(cfg, "encoder"), oracle) for s in skills]
+    text = encoder_text(cfg)
+    return [s.id for s in skills], [text.skill(s, oracle) for s in skills]
 
 
 def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None,
-                    paths: dict[str, str | None]) -> StageRecord:
+                    paths: dict[str, Any]) -> StageRecord:
     """Mine negatives with the base encoder and BM25 over the training pool, filter them, fine-tune."""
     cfg, enc = ctx.cfg, ctx.cfg.encoder
     if enc.base.kind != "dense":
@@ -156,14 +158,15 @@ def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] |
     pool = dataset.training_pool()
     ids, texts = render_encoder_pool(cfg, pool, oracle)
     base = base_retriever(ctx, enc.base, ids, texts, "embed_pool_base")
-    lexical = Retriever(ids, texts, bm25={"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"})
+    lexical = Retriever(ids, texts, TextSpec(mode=cfg.fields.mode, query_cap=base.text.query_cap),
+                        bm25={"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"})
     depth = enc.negatives.depth
     sem = ctx.record("mine_semantic", base.retrieve(ctx, tq, depth))
     lex = ctx.record("mine_lexical", lexical.retrieve(ctx, tq, depth))
     lists = {name: [stages.load_stage_rankings(rec)[q.id].ids for q in tq] for name, rec in (("sem", sem), ("lex", lex))}
     setup = EncoderTraining(spec=base.spec, loss=EncoderLoss(**enc.loss), negatives=NegativeCounts(**enc.negatives),
                             fn_filter=OmegaConf.to_container(cfg.fn_filter), train=TrainConfig(**enc.train, seed=cfg.seed))
-    qtexts = [render_query(ex.query, cfg.caps.query, base.spec.query_instruction) for ex in examples]
+    qtexts = [base.text.query(ex.query) for ex in examples]
     rec = train_encoder_stage(ctx.cache, setup, examples, dict(zip(ids, texts)), {s.id: s for s in pool}, qtexts,
                               base.pool, sem, lex, lists["sem"], lists["lex"], {g for q in dataset.queries for g in q.all_gt},
                               ctx.user)
@@ -173,7 +176,7 @@ def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] |
 
 
 def prepare_retriever(ctx: CellContext, dataset: Dataset, skills: list[Skill], oracle: dict[str, str] | None,
-                      paths: dict[str, str | None], stage_name: str = "embed_pool") -> Retriever:
+                      paths: dict[str, Any], stage_name: str = "embed_pool") -> Retriever:
     """The cell's first-stage retriever over ``skills`` (fine-tuning the encoder first if asked)."""
     cfg = ctx.cfg
     ids, texts = render_encoder_pool(cfg, skills, oracle)
@@ -186,14 +189,16 @@ def prepare_retriever(ctx: CellContext, dataset: Dataset, skills: list[Skill], o
 
 def reranker_spec(rr: DictConfig) -> RerankerSpec:
     return RerankerSpec(model=rr.model, head=rr.head, max_length=rr.max_length, instruction=rr.instruction,
-                        batch_size=rr.batch_size)
+                        batch_size=rr.batch_size, prompt_format=rr.get("prompt_format", "qwen3"),
+                        body_max_tokens=rr.get("body_max_tokens", 4096), trust_remote_code=rr.get("trust_remote_code", False))
 
 
 def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, rankings: dict[str, Ranking],
-           paths: dict[str, str | None]) -> dict[str, Ranking]:
+           paths: dict[str, Any]) -> dict[str, Ranking]:
     """Reorder each query's top ``topk`` with the configured reranker (trained here if asked)."""
     cfg, rr = ctx.cfg, ctx.cfg.reranker
-    texts = {s.id: render_skill(s, cfg.fields.mode, caps_of(cfg, "reranker"), oracle) for s in dataset.skills}
+    text = reranker_text(cfg)
+    texts = {s.id: text.skill(s, oracle) for s in dataset.skills}
     model_key, model_path = "pretrained", None
     if rr.kind == "trained":
         examples = training_examples(ctx, dataset, paths)
@@ -209,12 +214,13 @@ def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, ra
                                    [cand_rankings[q.id].ids for q in tq], train_texts, ctx.user)
         ctx.record("train_reranker", rec)
         model_key, model_path = rec.key, str(Path(rec.path) / "model")
-    params = {"reranker": OmegaConf.to_container(rr), "topk": cfg.topk, "query_cap": cfg.caps.query}
+    params = {"reranker": OmegaConf.to_container(rr), "topk": cfg.topk, "query_cap": text.query_cap}
     if rr.kind == "trained":
         params["reranker"] = {"trained": True, "base": OmegaConf.to_container(rr.base)}
+    qtexts = {q.id: text.query(q.text) for q in dataset.queries}
     rec = stages.rerank(ctx.cache, params, [model_key, ctx.stages["retrieve"].key, texts_fingerprint(list(texts.values()))],
-                        lambda: make_list_scorer(rr, texts, model_path), rankings, dataset.queries, cfg.topk,
-                        cfg.caps.query, ctx.user)
+                        lambda: make_list_scorer(rr, texts, model_path), rankings, dataset.queries, qtexts, cfg.topk,
+                        ctx.user)
     ctx.record("rerank", rec)
     return stages.load_stage_rankings(rec)
 
@@ -224,63 +230,74 @@ def make_list_scorer(rr: DictConfig, texts: dict[str, str], model_path: str | No
     if rr.kind == "llm_judge":
         return LLMJudge(JudgeSpec(url=rr.url, model=rr.model, api_key_env=rr.api_key_env, timeout=rr.timeout,
                                   max_chars_per_skill=rr.max_chars_per_skill), texts)
-    scorer = PairScorer(reranker_spec(rr.base if rr.kind == "trained" else rr), model_path=model_path)
+    scorer = make_scorer(reranker_spec(_stage_model(rr)), model_path=model_path)
     return lambda query, ids: scorer.score([query] * len(ids), [texts[i] for i in ids])
 
 
 def rendered_examples(cfg: DictConfig, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Any]:
     """The exact text of one skill and one query as each stage saw them: prompt wording is never ambiguous."""
     skill, query = dataset.skills[0], dataset.queries[0]
-    return {
-        "skill": {"id": skill.id,
-                  "encoder": render_skill(skill, cfg.fields.mode, caps_of(cfg, "encoder"), oracle),
-                  "reranker": render_skill(skill, cfg.fields.mode, caps_of(cfg, "reranker"), oracle)},
-        "query": {"id": query.id,
-                  "encoder": render_query(query.text, cfg.caps.query,
-                                          "" if cfg.encoder.kind == "bm25" else encoder_spec(cfg.encoder).query_instruction),
-                  "reranker": render_query(query.text, cfg.caps.query)},
-    }
+    enc, rr = encoder_text(cfg), reranker_text(cfg)
+    return {"skill": {"id": skill.id, "encoder": enc.skill(skill, oracle), "reranker": rr.skill(skill, oracle)},
+            "query": {"id": query.id, "encoder": enc.query(query.text), "reranker": rr.query(query.text)}}
 
 
 def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
     """Run one cell end to end; return the ``metrics.json`` payload and the per-query metrics."""
     ctx = CellContext(cfg, run_dir)
     t0 = time.perf_counter()
-    dataset, oracle, paths = load_cell_data(ctx)
+    data = resolved_data(cfg, ctx.cache, ctx.user, ctx.record)
+    dataset = ctx.timed("load_data", load_cell_dataset, data, cfg.tier)
+    oracle = load_oracle(cfg, data)
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
-    retriever = prepare_retriever(ctx, dataset, dataset.skills, oracle, paths)
+    retriever = prepare_retriever(ctx, dataset, dataset.skills, oracle, data)
     ctx.record("retrieve", retriever.retrieve(ctx, dataset.queries, cfg.retrieve_k))
     rankings = stages.load_stage_rankings(ctx.stages["retrieve"])
     if cfg.reranker.kind != "none":
-        rankings = rerank(ctx, dataset, oracle, rankings, paths)
+        rankings = rerank(ctx, dataset, oracle, rankings, data)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
-    rows = per_query_rows({r.qid: r.ids for r in ordered}, dataset.queries)
-    metrics, counts = ctx.timed("evaluate", aggregate_rows, rows, dataset.queries)
     write_rankings(run_dir / "rankings.jsonl", ordered)
+    write_predictions(run_dir / "predictions.json", ordered)
+    result, rows = score_rankings(cfg, dataset, ordered, choices, data, timed=ctx.timed)
     atomic_write_json(run_dir / "per_query.json", rows)
-    result = {
-        "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
-        "recall_curve": [round(r, 6) for r in recall_curve({r.qid: r.ids for r in ordered}, dataset.queries)],
-        "stages": {name: record_dict(rec) for name, rec in ctx.stages.items()},
-        "data": {"paths": {k: v for k, v in paths.items() if v}, "tier_distractors": bool(cfg.tier.distractors),
-                 "pool_format": cfg.data.pool_format, "queries_format": cfg.data.queries_format,
-                 "on_error": cfg.data.on_error, "max_field_chars": cfg.data.max_field_chars,
-                 "n_skills": len(dataset.skills),
-                 "skipped": dataset.report.skipped, "skip_examples": dataset.report.examples},
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
+    result["stages"] = {name: record_dict(rec) for name, rec in ctx.stages.items()}
+    result["seconds"] = round(time.perf_counter() - t0, 3)
     return result, rows
 
 
-def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str) -> dict[str, Any]:
-    """Run a cell and record its status; failures are written, logged in one line and re-raised."""
+def score_rankings(cfg: DictConfig, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
+                   data: dict[str, Any], timed=None) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The ``metrics.json`` payload of a set of rankings (one per query, in query order), under the
+    ``eval`` config: a cell's own, or an external system's predictions (``eval.score``)."""
+    metrics_spec = parse_metrics(cfg.eval.metrics)
+    breakdown = list(cfg.eval.breakdown)
+    by_qid = {r.qid: r.ids for r in ordered}
+    rows = per_query_rows(by_qid, dataset.queries, metrics_spec)
+
+    def aggregate():
+        return aggregate_rows(rows, dataset.queries, metrics_spec, breakdown)
+
+    metrics, counts = timed("evaluate", aggregate) if timed else aggregate()
+    return {
+        "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
+        "recall_curve": [round(r, 6) for r in recall_curve(by_qid, dataset.queries)],
+        "eval": {"metrics": [m.name for m in metrics_spec], "breakdown": breakdown},
+        "data": {"config": data, "tier": OmegaConf.to_container(cfg.tier), "n_skills": len(dataset.skills),
+                 "skipped": dataset.report.skipped, "skip_examples": dataset.report.examples},
+    }, rows
+
+
+def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str,
+             evaluate: Callable[[DictConfig, Path, dict[str, str]], tuple[dict, dict]] = evaluate_cell) -> dict[str, Any]:
+    """Run a cell (``evaluate``: a grid cell, or scoring an external prediction file) and record its
+    status; failures are written, logged in one line and re-raised."""
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
     tracker = make_tracker(cfg)
     tracker.start(cfg, choices, run_dir, group)
     try:
-        result, rows = evaluate_cell(cfg, run_dir, choices)
+        result, rows = evaluate(cfg, run_dir, choices)
         tracker.log_result(result, rows)
     except Exception as exc:
         tracker.finish(failed=True)
@@ -294,6 +311,6 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     atomic_write_json(run_dir / "metrics.json", result)
     atomic_write_json(run_dir / "status.json", {"status": "completed", "ended": time.time(), "choices": choices,
                                                 "stages": result["stages"]})
-    log.info("hit@1=%.4f mrr@10=%.4f r@10=%.4f (n=%d) -> %s", result["metrics"]["hit@1"], result["metrics"]["mrr@10"],
-             result["metrics"]["r@10"], result["n_queries"], run_dir / "metrics.json")
+    headline = " ".join(f"{k}={v:.4f}" for k, v in list(result["metrics"].items())[:3] if v is not None)
+    log.info("%s (n=%d) -> %s", headline, result["n_queries"], run_dir / "metrics.json")
     return result

@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 
 from ..data import builtin
 from ..data.types import Query
-from ..fields import render_query
 from ..rankings import Ranking, read_rankings, write_rankings
 from ..rerank import reorder as reorder_module
 from ..rerank.reorder import ListScorer, rerank_top_k
@@ -22,14 +21,11 @@ from ..retrieval.dense import EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
 from .cache import StageCache, StageRecord, texts_fingerprint
 
-DATA_FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
-
-
 def builtin_data(cache: StageCache, params: dict[str, Any], user: str) -> tuple[dict[str, str], StageRecord]:
     """Generate the built-in benchmark once per parameter set."""
     rec = cache.get_or_build("builtin_data", 1, params, [], lambda out: {"files": {k: str(v.name) for k, v in builtin.generate(out, **params).items()}},
                               code=[builtin], user=user)
-    return {name: str(Path(rec.path) / f"{name}.jsonl") for name in DATA_FILES}, rec
+    return {name: str(Path(rec.path) / f"{name}.jsonl") for name in builtin.FILES}, rec
 
 
 def _ranked(ids: list[str], idx: np.ndarray, scores: np.ndarray, qids: list[str]) -> list[Ranking]:
@@ -53,9 +49,9 @@ def embed_pool(cache: StageCache, spec: EncoderSpec, texts: list[str], ids: list
     return cache.get_or_build("embed_pool", 1, params, inputs, build, code=[dense_module], user=user)
 
 
-def retrieve_dense(cache: StageCache, spec: EncoderSpec, pool_rec: StageRecord, queries: list[Query], caps_query: int,
+def retrieve_dense(cache: StageCache, spec: EncoderSpec, pool_rec: StageRecord, queries: list[Query], qtexts: list[str],
                    k: int, user: str, model_path: str | None = None, progress: bool = True) -> StageRecord:
-    qtexts = [render_query(q.text, caps_query, spec.query_instruction) for q in queries]
+    """Top-k of the pool for each query; ``qtexts`` are the rendered queries (instruction included)."""
     params = {"encoder": asdict(spec), "k": k}
     inputs = [pool_rec.key, texts_fingerprint([q.id for q in queries]), texts_fingerprint(qtexts)]
 
@@ -72,8 +68,7 @@ def retrieve_dense(cache: StageCache, spec: EncoderSpec, pool_rec: StageRecord, 
 
 
 def retrieve_bm25(cache: StageCache, enc_cfg: dict[str, Any], texts: list[str], ids: list[str], queries: list[Query],
-                  caps_query: int, k: int, user: str, progress: bool = True) -> StageRecord:
-    qtexts = [render_query(q.text, caps_query) for q in queries]
+                  qtexts: list[str], k: int, user: str, progress: bool = True) -> StageRecord:
     params = {"encoder": enc_cfg, "k": k}
     inputs = [texts_fingerprint(ids), texts_fingerprint(texts), texts_fingerprint([q.id for q in queries]), texts_fingerprint(qtexts)]
 
@@ -92,13 +87,14 @@ def load_stage_rankings(rec: StageRecord) -> dict[str, Ranking]:
 
 
 def rerank(cache: StageCache, params: dict[str, Any], inputs: list[str], make_scorer: Callable[[], ListScorer],
-           rankings: dict[str, Ranking], queries: list[Query], k: int, query_cap: int, user: str) -> StageRecord:
-    """Reorder every query's top-k; the scorer (a model load) is only built when the artifact is."""
-    inputs = inputs + [texts_fingerprint([q.id for q in queries]), texts_fingerprint([q.text for q in queries])]
+           rankings: dict[str, Ranking], queries: list[Query], qtexts: dict[str, str], k: int, user: str) -> StageRecord:
+    """Reorder every query's top-k; the scorer (a model load) is only built when the artifact is.
+    ``qtexts`` are the queries as the reranker reads them."""
+    inputs = inputs + [texts_fingerprint([q.id for q in queries]), texts_fingerprint([qtexts[q.id] for q in queries])]
 
     def build(out: Path) -> dict[str, Any]:
         scorer = make_scorer()
-        ordered = [rerank_top_k(rankings.get(q.id, Ranking(q.id, [], [])), render_query(q.text, query_cap), k, scorer)
+        ordered = [rerank_top_k(rankings.get(q.id, Ranking(q.id, [], [])), qtexts[q.id], k, scorer)
                    for q in tqdm(queries, desc=f"rerank top-{k}", leave=False)]
         write_rankings(out / "rankings.jsonl", ordered, top_n=max(k, max((len(r.ids) for r in ordered), default=0)))
         return {"n_queries": len(queries), "judge_failures": getattr(scorer, "failures", 0)}

@@ -2,7 +2,13 @@
 
 * ``seq_cls``: an ordinary sequence-classification cross-encoder (one logit per (query, skill) pair);
 * ``causal_lm``: Qwen3-Reranker style: the pair is written into a yes/no judging prompt and the score
-  is logit("yes") - logit("no") at the last position (inputs left-padded so that is position -1).
+  is logit("yes") - logit("no") at the last position (inputs left-padded so that is position -1);
+  ``sigmoid`` of it is P("yes") against "no", so the order is the same. Prompt formats: ``qwen3``
+  (Qwen3-Reranker's template, document cut first) and the SkillRouter release's ``flat-full`` /
+  ``flat-nd`` / ``struct`` (its ``format_rerank_prompt`` + ``tokenize_reranker_text``);
+* ``st_cross_encoder``: a sentence-transformers ``CrossEncoder`` checkpoint scored with
+  ``predict(pairs, prompt=instruction)``, the body segment of ``name | description | body`` cut
+  to ``body_max_tokens`` first (R3-Reranker's ``infer.py``). Evaluation only.
 """
 from __future__ import annotations
 
@@ -19,13 +25,19 @@ QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requir
 QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
+RELEASE_FORMATS = ("flat-full", "flat-nd", "struct")
+
+
 @dataclass(frozen=True)
 class RerankerSpec:
     model: str
-    head: str = "seq_cls"  # seq_cls | causal_lm
+    head: str = "seq_cls"  # seq_cls | causal_lm | st_cross_encoder
     max_length: int = 256
     instruction: str = "Given a task, judge whether this agent skill helps complete it"
     batch_size: int = 32
+    prompt_format: str = "qwen3"  # qwen3 | flat-full | flat-nd | struct | r3 (see skillrouter.fields)
+    body_max_tokens: int = 4096   # st_cross_encoder: body segment cut (R3)
+    trust_remote_code: bool = False
 
 
 class PairScorer(nn.Module):
@@ -72,21 +84,31 @@ class PairScorer(nn.Module):
         return json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"]
 
     def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
-        """prefix + ``<Instruct>/<Query>/<Document>`` + suffix, fit to ``max_length`` by cutting the
-        document; the instruction+query head is cut (from its end) only where it would leave the
-        document less than a quarter of the budget."""
+        """Token ids of each pair's yes/no prompt, left-padded.
+
+        ``qwen3``: prefix + ``<Instruct>/<Query>/<Document>`` + suffix, fit to ``max_length`` by cutting
+        the document; the instruction+query head is cut (from its end) only where it would leave the
+        document less than a quarter of the budget. Release formats: prefix + the tokenizer's own
+        truncation of ``<Instruct>: i\n\n<Query>: q\n\n<document block>`` to ``max_length`` minus
+        prefix and suffix + suffix, exactly as the SkillRouter evaluator builds them.
+        """
         tok = self.tokenizer
 
         def ids(texts: list[str]) -> list[list[int]]:
             return tok(texts, add_special_tokens=False)["input_ids"]
 
         prefix, suffix = ids([QWEN3_PREFIX])[0], ids([QWEN3_SUFFIX])[0]
-        heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
         budget = self.spec.max_length - len(prefix) - len(suffix)
-        rows = []
-        for head, doc in zip(heads, ids(docs)):
-            head = head[: budget - min(len(doc), budget // 4)]
-            rows.append(prefix + head + doc[: budget - len(head)] + suffix)
+        if self.spec.prompt_format in RELEASE_FORMATS:
+            texts = [f"<Instruct>: {self.spec.instruction}\n\n<Query>: {q}\n\n{d}" for q, d in zip(queries, docs)]
+            rows = [prefix + t + suffix for t in tok(texts, padding=False, truncation=True, max_length=budget,
+                                                     return_attention_mask=False)["input_ids"]]
+        else:
+            heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
+            rows = []
+            for head, doc in zip(heads, ids(docs)):
+                head = head[: budget - min(len(doc), budget // 4)]
+                rows.append(prefix + head + doc[: budget - len(head)] + suffix)
         return tok.pad({"input_ids": rows}, padding=True, return_tensors="pt")
 
     def forward(self, queries: list[str], docs: list[str]) -> Tensor:
@@ -112,3 +134,38 @@ class PairScorer(nn.Module):
         """Full weights, or only the LoRA adapter (which records its base path)."""
         self.model.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
+
+
+class CrossEncoderScorer:
+    """A sentence-transformers ``CrossEncoder`` as R3 runs it (evaluation only)."""
+
+    def __init__(self, spec: RerankerSpec, model_path: str | None = None):
+        from sentence_transformers import CrossEncoder
+
+        self.spec = spec
+        self.model = CrossEncoder(model_path or resolve_model(spec.model), device=device(),
+                                  trust_remote_code=spec.trust_remote_code)
+        self.model.max_seq_length = spec.max_length  # R3 sets `max_length`, the same setting under its old name
+
+    def truncate_body(self, text: str) -> str:
+        """Cut only the body segment of ``name | description | body`` to ``body_max_tokens`` tokens."""
+        parts = text.split(" | ", 2)
+        if len(parts) < 3:
+            return text
+        tok = self.model.tokenizer
+        ids = tok.encode(parts[2], add_special_tokens=False)
+        if len(ids) <= self.spec.body_max_tokens:
+            return text
+        return parts[0] + " | " + parts[1] + " | " + tok.decode(ids[: self.spec.body_max_tokens], skip_special_tokens=True)
+
+    def pairs(self, queries: list[str], docs: list[str]) -> list[tuple[str, str]]:
+        return [(q, self.truncate_body(d)) for q, d in zip(queries, docs)]
+
+    def score(self, queries: list[str], docs: list[str]) -> list[float]:
+        scores = self.model.predict(self.pairs(queries, docs), batch_size=self.spec.batch_size, prompt=self.spec.instruction,
+                                    show_progress_bar=False, convert_to_numpy=True)
+        return [float(s) for s in scores]
+
+
+def make_scorer(spec: RerankerSpec, model_path: str | None = None) -> PairScorer | CrossEncoderScorer:
+    return CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)

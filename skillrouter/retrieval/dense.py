@@ -18,6 +18,8 @@ class EncoderSpec:
     query_instruction: str = ""
     document_prefix: str = ""
     batch_size: int = 32
+    padding_side: str | None = None  # "left" for last-token pooling as the Qwen3 releases run it
+    trust_remote_code: bool = False
 
 
 def load_encoder(spec: EncoderSpec, model_path: str | None = None):
@@ -28,16 +30,18 @@ def load_encoder(spec: EncoderSpec, model_path: str | None = None):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
+    import torch
+
     path = model_path or resolve_model(spec.model)
+    kwargs = {"model_kwargs": {"dtype": torch.bfloat16} if device() == "cuda" else None,
+              "processor_kwargs": {"padding_side": spec.padding_side} if spec.padding_side else None}
     if model_path or spec.pooling is None:
-        model = SentenceTransformer(path, device=device())
+        model = SentenceTransformer(path, device=device(), trust_remote_code=spec.trust_remote_code, **kwargs)
     else:
-        transformer = Transformer(path, max_seq_length=spec.max_seq_length)
+        transformer = Transformer(path, max_seq_length=spec.max_seq_length, **kwargs)
         pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode=spec.pooling)
         model = SentenceTransformer(modules=[transformer, pooling, Normalize()], device=device())
     model.max_seq_length = spec.max_seq_length
-    if device() == "cuda":
-        model.half()
     return model
 
 

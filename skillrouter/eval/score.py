@@ -1,0 +1,70 @@
+"""Score an external system's predictions with a cell's protocol and write a run directory.
+
+    python -m skillrouter.eval.score predictions=FILE data=... [tier=...] [eval=...]
+
+Hydra overrides as for ``launch.py`` (config ``conf/score.yaml``). An entry point, like
+``launch.py``: it composes the pipeline's data resolution and the cell's scoring, so a scored file
+and a grid cell report the same numbers for the same rankings.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from ..data import DataError
+from ..rankings import Ranking, read_external, write_predictions, write_rankings
+from ..data.jsonl import atomic_write_json
+from ..pipeline.cache import StageCache
+from ..pipeline.cell_data import load_cell_dataset, resolved_data
+from ..pipeline.run import run_cell, score_rankings
+
+log = logging.getLogger(__name__)
+CONF = Path(__file__).resolve().parents[2] / "conf"
+CHOICE_KEYS = ("data", "tier", "eval")
+
+
+def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    data = resolved_data(cfg, StageCache(cfg.cache_dir), str(run_dir), lambda name, rec: rec)
+    dataset = load_cell_dataset(data, cfg.tier)
+    predicted, unmatched = read_external(cfg.predictions, dataset.queries)
+    missing = [q for q in dataset.queries if q.id not in predicted]
+    if missing:
+        log.warning("%d of %d queries have no prediction: %s", len(missing), len(dataset.queries),
+                    "scored as misses" if cfg.missing_predictions == "miss" else "left out")
+    if cfg.missing_predictions == "drop":
+        dataset.queries = [q for q in dataset.queries if q.id in predicted]
+    elif cfg.missing_predictions != "miss":
+        raise DataError("config", None, "missing_predictions", f"expected miss or drop, got {cfg.missing_predictions!r}")
+    ordered = [Ranking(q.id, predicted.get(q.id, []), [0.0] * len(predicted.get(q.id, []))) for q in dataset.queries]
+    write_rankings(run_dir / "rankings.jsonl", ordered)
+    write_predictions(run_dir / "predictions.json", ordered)
+    result, rows = score_rankings(cfg, dataset, ordered, choices, data)
+    result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
+                             "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
+    result["stages"] = {}
+    atomic_write_json(run_dir / "per_query.json", rows)
+    return result, rows
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF), config_name="score")
+def main(cfg: DictConfig) -> None:
+    runtime = HydraConfig.get().runtime
+    system = cfg.system or Path(cfg.predictions).stem
+    choices = {k: str(runtime.choices[k]) for k in CHOICE_KEYS if runtime.choices.get(k)}
+    choices.update(encoder=system, reranker="none", fields=str(runtime.choices.get("fields")))
+    try:
+        result = run_cell(cfg, Path(runtime.output_dir), choices, "scored", evaluate=score_file)
+    except DataError as err:
+        print(f"skillrouter: data error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(" ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items() if v is not None and "/" not in k))
+
+
+if __name__ == "__main__":
+    main()

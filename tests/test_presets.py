@@ -1,0 +1,117 @@
+"""The released-checkpoint presets feed their models exactly what the releases' evaluators do.
+
+Each preset is composed from conf/ with a tiny random Qwen3 in place of the hub checkpoint; the
+expected strings and token ids are written by hand from the releases' templates."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from skillrouter.data.types import Skill
+from skillrouter.models import build_tiny_qwen3
+from skillrouter.pipeline.run import encoder_spec, encoder_text, reranker_spec, reranker_text
+from skillrouter.rerank.scorers import QWEN3_PREFIX, QWEN3_SUFFIX, CrossEncoderScorer, PairScorer
+from skillrouter.retrieval.dense import encode, load_encoder
+
+from .conftest import ROOT
+
+SR_QUERY = ("Instruct: Given a coding task description, retrieve the most relevant skill document that would help an "
+            "agent complete the task\nQuery:")
+SR_RERANK = "Given a coding task description, judge whether the skill document is relevant and useful for completing the task"
+R3_QUERY = "Instruct: Given a user request, retrieve the agent skill that solves it.\nQuery: "
+R3_RERANK = "Given a user request, retrieve the agent skill that solves it."
+LONG = Skill("s1", " csv-kit ", " Cleans CSV files. " + "d" * 600, "  Step one.\n" + "b" * 9000)
+TASK = "  Fix the CSV export; keep the header.  " + "q" * 2100
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("presets")
+    return {head: build_tiny_qwen3(root / head, head=head) for head in ("base", "causal_lm", "seq_cls")}
+
+
+def _cfg(*overrides: str):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=["hydra.runtime.cwd=.", *overrides], return_hydra_config=False)
+
+
+def test_skillrouter_embedding_preset(tiny):
+    cfg = _cfg("encoder=skillrouter_emb_0.6b", f"encoder.model={tiny['base']}")
+    text = encoder_text(cfg)
+    assert text.skill(LONG) == f"{LONG.name} | {LONG.description[:500]} | {LONG.body[:8000]}"
+    assert text.skill(Skill("e", "n", "", "")) == "n |  | "
+    assert text.query(TASK) == SR_QUERY + TASK[:2000]
+    model = load_encoder(encoder_spec(cfg.encoder))
+    batch = [text.query("short task"), text.skill(LONG)]
+    features = model.tokenize(batch)
+    tok = model.tokenizer
+    expected = tok(batch, padding=True, truncation=True, max_length=4096, return_tensors="pt")
+    assert tok.padding_side == "left" and torch.equal(features["input_ids"], expected["input_ids"])
+    assert features["attention_mask"][:, -1].all()  # left padding: the last position is every row's last token
+    # last-token pooling, normalised, as the release's encode_texts computes it
+    from transformers import AutoModel
+    raw = AutoModel.from_pretrained(tiny["base"])
+    with torch.no_grad():
+        hidden = raw(**expected).last_hidden_state[:, -1]
+    reference = torch.nn.functional.normalize(hidden, dim=1).numpy()
+    assert encode(model, batch, 2, False) == pytest.approx(reference, abs=1e-5)
+
+
+def _causal_rows(scorer: PairScorer, queries, docs):
+    return [row[row != scorer.tokenizer.pad_token_id].tolist() for row in scorer._causal_inputs(queries, docs)["input_ids"]]
+
+
+@pytest.mark.parametrize("prompt_format", ["flat-full", "flat-nd", "struct"])
+def test_skillrouter_reranker_preset(tiny, prompt_format):
+    cfg = _cfg("reranker=skillrouter_rank_0.6b", f"reranker.model={tiny['causal_lm']}", f"reranker.prompt_format={prompt_format}",
+               "reranker.max_length=96")
+    text = reranker_text(cfg)
+    doc = text.skill(LONG)
+    desc, body = LONG.description[:500], LONG.body[:2000]
+    assert doc == {"flat-full": f"<Document>: {LONG.name} | {desc} | {body}", "flat-nd": f"<Document>: {LONG.name} | {desc}",
+                   "struct": f"<Skill>:\n<Name>: {LONG.name}\n<Description>: {desc}\n<Body>: {body}"}[prompt_format]
+    assert text.query(TASK) == TASK  # the task text as written
+    scorer = PairScorer(reranker_spec(cfg.reranker))
+    prompt = f"<Instruct>: {SR_RERANK}\n\n<Query>: {TASK}\n\n{doc}"
+    tok = scorer.tokenizer
+    prefix = tok.encode(QWEN3_PREFIX, add_special_tokens=False)
+    suffix = tok.encode(QWEN3_SUFFIX, add_special_tokens=False)
+    body_ids = tok(prompt, padding=False, truncation=True, max_length=96 - len(prefix) - len(suffix))["input_ids"]
+    short = "<Instruct>: " + SR_RERANK + "\n\n<Query>: x\n\n<Document>: n | d | b"
+    short_ids = prefix + tok(short, truncation=True, max_length=96 - len(prefix) - len(suffix))["input_ids"] + suffix
+    rows = scorer._causal_inputs([TASK, "x"], [doc, "<Document>: n | d | b"])
+    assert _causal_rows(scorer, [TASK, "x"], [doc, "<Document>: n | d | b"]) == [prefix + body_ids + suffix, short_ids]
+    assert rows["input_ids"].shape[1] == 96 and rows["attention_mask"][:, -1].all()  # left-padded to the longest
+    scores = scorer.score([TASK, "x"], [doc, "<Document>: n | d | b"])
+    with torch.no_grad():
+        logits = scorer.model(**rows).logits[:, -1, :]
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    assert scores == pytest.approx((logits[:, yes] - logits[:, no]).tolist(), abs=1e-5)
+
+
+def test_r3_embedding_preset(tiny):
+    cfg = _cfg("encoder=r3_emb_0.6b", f"encoder.model={tiny['base']}")
+    text = encoder_text(cfg)
+    released = Skill("skill-00001", "csv-kit", "Cleans CSV", "x" * 9000, extra={"text": "csv-kit | Cleans CSV | " + "x" * 9000})
+    assert text.skill(released) == released.extra["text"]
+    assert text.query(TASK) == R3_QUERY + TASK
+    model = load_encoder(encoder_spec(cfg.encoder))
+    assert model.max_seq_length == 4096
+
+
+def test_r3_reranker_preset(tiny):
+    cfg = _cfg("reranker=r3_rank_0.6b", f"reranker.model={tiny['seq_cls']}", "reranker.body_max_tokens=5")
+    text = reranker_text(cfg)
+    released = Skill("skill-00001", "csv-kit", "Cleans CSV", "", extra={"text": "csv-kit | Cleans CSV | drop the repeated rows of every table"})
+    assert text.skill(released) == released.extra["text"] and text.query(TASK) == TASK
+    scorer = CrossEncoderScorer(reranker_spec(cfg.reranker))
+    tok = scorer.model.tokenizer
+    cut = tok.decode(tok.encode("drop the repeated rows of every table", add_special_tokens=False)[:5], skip_special_tokens=True)
+    pairs = scorer.pairs(["dedupe my table"], [released.extra["text"]])
+    assert pairs == [("dedupe my table", f"csv-kit | Cleans CSV | {cut}")]
+    assert scorer.model.max_seq_length == 4096
+    features = scorer.model.preprocess(pairs, prompt=R3_RERANK)
+    expected = tok([R3_RERANK + "dedupe my table"], [pairs[0][1]], padding=True, truncation="longest_first",
+                   max_length=4096, return_tensors="pt")
+    assert torch.equal(features["input_ids"], expected["input_ids"])
