@@ -42,3 +42,19 @@ def build_tiny_qwen3(out_dir: str | Path, head: str = "base", hidden: int = 64, 
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return str(out_dir)
+
+
+def main() -> None:
+    """``python -m skillrouter.models --out DIR``: tiny random Qwen3 stand-ins under DIR/base,
+    DIR/causal_lm and DIR/seq_cls (smoke tests of the Qwen3 presets without a hub)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    for head in ("base", "causal_lm", "seq_cls"):
+        print(build_tiny_qwen3(args.out / head, head=head))
+
+
+if __name__ == "__main__":
+    main()

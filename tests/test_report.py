@@ -8,15 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from skillrouter.report.__main__ import generate
 from skillrouter.report.collect import collect
-from skillrouter.report.render import to_latex, to_markdown
+from skillrouter.report.render import plain_to_latex, plain_to_markdown, to_latex, to_markdown
+from skillrouter.report.reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
 from skillrouter.report.significance import paired_randomization
 from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
 SPECS = {t.name: t for t in TABLES}
+PLAIN_TABLES = ("reranker_contribution", "reproduction")
 BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
         "seed": "0", "tracking": "none"}
 
@@ -106,8 +109,8 @@ def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
     first = {p.name: p.read_bytes() for p in generate([root], base / "r1")}
     second = {p.name: p.read_bytes() for p in generate([root], base / "r2")}
     assert first == second
-    expected = {f"{t.name}.{ext}" for t in TABLES for ext in ("tex", "md", "csv")}
-    assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf", "reranker_contribution.csv"} == set(first)
+    expected = {f"{name}.{ext}" for name in [*(t.name for t in TABLES), *PLAIN_TABLES] for ext in ("tex", "md", "csv")}
+    assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf"} == set(first)
     assert b"outputs/multirun/g/3" in first["index.md"]
 
 
@@ -116,6 +119,8 @@ def test_latex_compiles_in_a_booktabs_document(grid, tmp_path):
     base, root = grid
     runs = collect([root], base)
     body = "\n".join(to_latex(build_table(spec, runs, base, with_significance=True)) for spec in TABLES)
+    body += plain_to_latex(reproduction_table(runs), "reproduction", "Paper vs ours", REPRODUCTION_NOTES)
+    body += plain_to_latex(reranker_contribution(runs, base), "reranker_contribution", "Reranker contribution")
     doc = tmp_path / "tables.tex"
     doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n"
                    "\\begin{document}\n" + body + "\n\\end{document}\n")
@@ -137,3 +142,22 @@ def test_body_removal_rows_are_systems_that_ran_the_ablation(tmp_path):
     table = build_table(SPECS["body_removal"], collect([root], tmp_path), tmp_path)
     assert list(table.values.index) == ["minilm"]
     assert table.values.loc["minilm", ("drop all-nd (pp)", "hit@1")] == pytest.approx(0.5)
+
+
+def test_reproduction_table_against_published_values(tmp_path):
+    root = tmp_path / "g"
+    sr = {"data": "skillrouter_core", "encoder": "skillrouter_emb_0.6b", "reranker": "skillrouter_rank_0.6b"}
+    make_run(root, "0", [1] * 8 + [0] * 2, tier="easy", **sr)
+    make_run(root, "1", [1] * 6 + [0] * 4, tier="hard", **sr)
+    make_run(root, "2", [1] * 7 + [0] * 3, tier="easy", data="r3_skill", encoder="r3_emb_0.6b")
+    table = reproduction_table(collect([root], tmp_path))
+    pipeline = table[(table["row"].str.startswith("SkillRouter 1.2B")) & (table["metric"] == "hit@1")].iloc[0]
+    assert (pipeline["ours"], pipeline["published"], pipeline["diff (pp)"]) == (70.0, 74.0, -4.0)
+    r3 = table[table["row"] == "R3-Embedding"].set_index("metric")
+    assert r3.loc["hit@1", "ours"] == 70.0 and r3.loc["hit@1", "published"] == 72.07
+    assert r3.loc["hit@1", "diff (pp)"] == pytest.approx(-2.07)
+    assert pd.isna(r3.loc["ndcg@15", "ours"]) and r3.loc["ndcg@15", "published"] == 82.05  # the run has no nDCG@15
+    reranked = table[table["row"].str.startswith("R3-Reranker")]
+    assert reranked["ours"].isna().all() and reranked["published"].notna().all()  # no run: paper column still filled
+    md = plain_to_markdown(table, "Paper vs ours")
+    assert "| 74.00 " in md and "—" in md

@@ -14,13 +14,17 @@ from pathlib import Path
 from ..data.jsonl import atomic_write_text
 from .collect import collect
 from .figures import recall_figure
-from .render import to_csv, to_latex, to_markdown
+from .render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
+from .reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
 from .tables import TABLES, build_table, reranker_contribution
 
 
-def generate(run_roots: list[Path], out: Path, significance: bool = False) -> list[Path]:
+def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin") -> list[Path]:
+    """Every report file from the runs under ``run_roots``; the paper tables use the runs on ``data``
+    (the reproduction table picks each row's own data)."""
     base = Path.cwd()
     runs = collect(run_roots, base=base)
+    on_data = runs[runs["data"] == data] if len(runs) else runs
     written: list[Path] = []
 
     def write(name: str, text: str) -> None:
@@ -30,21 +34,27 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False) -> li
     write("runs.csv", runs.to_csv(index=False, float_format="%.6f"))
     index = ["# skillrouter reports", "", f"{len(runs)} runs collected ({int((runs['status'] == 'completed').sum())} completed).", ""]
     for spec in TABLES:
-        table = build_table(spec, runs, base, with_significance=significance)
+        table = build_table(spec, on_data, base, with_significance=significance)
         write(f"{spec.name}.tex", to_latex(table))
         write(f"{spec.name}.csv", to_csv(table))
         md = to_markdown(table)
         write(f"{spec.name}.md", md)
         index += [md, f"Regenerate its runs: `python launch.py -m -cd sweeps -cn {spec.sweep}`", ""]
-    contribution = reranker_contribution(runs, base)
-    write("reranker_contribution.csv", contribution.to_csv(index=False))
-    index += ["### Reranker contribution (Hit@1 against the encoder alone)", "", contribution.to_markdown(index=False), ""]
+    plain = {"reranker_contribution": ("Reranker contribution (Hit@1 against the encoder alone)",
+                                       reranker_contribution(on_data, base), []),
+             "reproduction": ("Paper vs ours", reproduction_table(runs), REPRODUCTION_NOTES)}
+    for name, (title, df, notes) in plain.items():
+        write(f"{name}.csv", df.to_csv(index=False))
+        write(f"{name}.tex", plain_to_latex(df, name, title, notes))
+        md = plain_to_markdown(df, title, notes)
+        write(f"{name}.md", md)
+        index += [md, ""]
     bad = runs[runs["status"] != "completed"]
     index += ["### Failed or incomplete runs", ""]
     index += [f"- `{r['run']}` {r['status']}: {r['error']}" for _, r in bad.iterrows()] or ["- none"]
     write("index.md", "\n".join(index) + "\n")
-    if len(runs):
-        written += recall_figure(runs, base, out)
+    if len(on_data):
+        written += recall_figure(on_data, base, out)
     return written
 
 
@@ -53,11 +63,12 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", type=Path, default=None, help="multirun directories (default: outputs/multirun/*)")
     parser.add_argument("--out", type=Path, default=Path("reports"))
     parser.add_argument("--significance", action="store_true", help="mark cells that differ significantly from the table's reference row")
+    parser.add_argument("--data", default="builtin", help="the data choice whose runs fill the paper tables (default: builtin)")
     args = parser.parse_args()
     roots = args.runs or sorted(p for p in Path("outputs/multirun").glob("*") if p.is_dir())
     if not roots:
         parser.error("no runs: pass --runs DIR or run a sweep first (python launch.py -m -cd sweeps -cn encoder_results)")
-    for path in generate(roots, args.out, args.significance):
+    for path in generate(roots, args.out, args.significance, args.data):
         print(path)
 
 
