@@ -1,6 +1,7 @@
 """Shared benchmark helpers: where the real sample lives, and writing figures to reports/perf/."""
 from __future__ import annotations
 
+import gzip
 import json
 import platform
 import time
@@ -29,3 +30,23 @@ class Timer:
 
     def __exit__(self, *exc):
         self.seconds = round(time.perf_counter() - self.t0, 3)
+
+
+def scaled_pool(src: Path, dst: Path, n: int) -> int:
+    """The real sample repeated with suffixed ids (``~rN``) until it holds ``n`` skills: the format and
+    text statistics of a real pool of that size, which this machine does not have."""
+    lines = gzip.open(src, "rt", encoding="utf-8").read().splitlines()
+    written = 0
+    with gzip.open(dst, "wt", encoding="utf-8") as out:
+        rep = 0
+        while written < n:
+            for line in lines:
+                if written >= n:
+                    break
+                rec = json.loads(line)
+                if rep:
+                    rec["id"] = f"{rec['id']}~r{rep}"
+                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                written += 1
+            rep += 1
+    return written

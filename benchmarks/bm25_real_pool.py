@@ -10,7 +10,6 @@ Queries: ../shared/data/skillsbench-dev-tasks.jsonl. Needs ../shared/data.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, Timer, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, Timer, scaled_pool, write_figures  # noqa: E402
 
 from skillrouter.data import load_dataset  # noqa: E402
 from skillrouter.eval.rescore import mismatches, rescore  # noqa: E402
@@ -28,24 +27,6 @@ from skillrouter.pipeline.stages import retrieve_bm25  # noqa: E402
 from skillrouter.retrieval.bm25 import bm25_search  # noqa: E402
 
 BM25 = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
-
-
-def scaled_pool(src: Path, dst: Path, n: int) -> int:
-    lines = gzip.open(src, "rt", encoding="utf-8").read().splitlines()
-    written = 0
-    with gzip.open(dst, "wt", encoding="utf-8") as out:
-        rep = 0
-        while written < n:
-            for line in lines:
-                if written >= n:
-                    break
-                rec = json.loads(line)
-                if rep:
-                    rec["id"] = f"{rec['id']}~r{rep}"
-                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                written += 1
-            rep += 1
-    return written
 
 
 def main() -> None:
@@ -64,9 +45,9 @@ def main() -> None:
     with Timer() as plain:
         bm25_search(texts, qtexts, 50, show_progress=False)
     with Timer() as ours:
-        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, 1500, 50, "bench", progress=False)
+        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, qtexts, 50, "bench", progress=False)
     with Timer() as warm:
-        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, 1500, 50, "bench", progress=False)
+        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, qtexts, 50, "bench", progress=False)
 
     big = tmp / f"pool-{args.scale}.jsonl.gz"
     n_big = scaled_pool(sample, big, args.scale)

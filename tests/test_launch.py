@@ -57,8 +57,8 @@ def test_rerun_reuses_every_stage(tmp_path):
     proc = launch(tmp_path, *args, "hydra.sweep.dir=" + str(tmp_path / "again"))
     m = json.loads(next((tmp_path / "again").glob("*/metrics.json")).read_text())
     cached = {name: s["cached"] for name, s in m["stages"].items() if s["key"] != "-"}
-    assert cached == {"builtin_data": True, "retrieve": True}
-    assert "stages reused from cache: 2" in proc.stdout
+    assert cached == {"builtin_data": True, "load_data": True, "retrieve": True}
+    assert "stages reused from cache: 3" in proc.stdout
 
 
 def test_data_error_in_a_single_run_is_one_clear_line(tmp_path):

@@ -79,3 +79,22 @@ def load_source(data: Mapping[str, Any], tier: str, with_distractors: bool) -> D
             raise DataError("config", None, "tier", "R3-Skill has a single test pool: use tier=easy")
         return load_r3_skill(data["root"], policy, max_chars)
     raise DataError("config", None, "data.source", f"expected one of {DATA_SOURCES}, got {source!r}")
+
+
+def source_files(data: Mapping[str, Any], tier: str, with_distractors: bool) -> list[Path]:
+    """Every file :func:`load_source` reads for this slice (a folder stands for all files under it):
+    what a cached, parsed copy of the dataset is keyed on."""
+    source = data.get("source", "files")
+    if source == "files":
+        named = [data.get("pool"), data.get("queries")] + ([data.get("distractors")] if with_distractors else [])
+    elif source == "skillrouter_core":
+        root = Path(data["root"])
+        named = [root / "manifest.json", root / "tasks.jsonl", root / "relevance.json", root / tier]
+    elif source == "r3_skill":
+        named = [Path(data["root"]) / "data" / "skills_test.jsonl", Path(data["root"]) / "data" / "test.jsonl"]
+    else:
+        raise DataError("config", None, "data.source", f"expected one of {DATA_SOURCES}, got {source!r}")
+    files: list[Path] = []
+    for p in (Path(p) for p in named if p):
+        files += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    return files

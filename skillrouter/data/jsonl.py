@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import tempfile
@@ -10,15 +11,24 @@ from typing import Any, Iterable, Iterator
 
 from .types import DataError
 
-_SURROGATE_LO, _SURROGATE_HI = "\udc80", "\udcff"
+_SURROGATE_LO, _SURROGATE_HI = "\ud800", "\udfff"  # undecodable bytes (surrogateescape) or unpaired escapes
 
 
 def _open_bytes(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    """Gzip is decompressed by python-isal in a background thread (the GIL is released), so parsing
+    overlaps decompression; the standard library's gzip is the fallback."""
+    if path.suffix != ".gz":
+        return open(path, "rb", buffering=1 << 20)
+    try:
+        from isal import igzip_threaded
+    except ImportError:
+        return io.BufferedReader(gzip.open(path, "rb"), buffer_size=1 << 20)
+    return igzip_threaded.open(path, "rb", threads=1)
 
 
 def _field_with_bad_bytes(record: Any, prefix: str = "") -> str | None:
-    """Find the (dotted) field whose string holds undecodable bytes, to name it in the error."""
+    """Find the (dotted) field whose string holds a surrogate (an undecodable byte kept by
+    ``surrogateescape``, or an unpaired ``\\udXXX`` escape), to name it in the error."""
     if isinstance(record, str):
         return prefix or "<value>" if any(_SURROGATE_LO <= c <= _SURROGATE_HI for c in record) else None
     if isinstance(record, dict):
@@ -37,8 +47,8 @@ def _field_with_bad_bytes(record: Any, prefix: str = "") -> str | None:
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)``; raise :class:`DataError` naming the line on any defect.
 
-    Non-UTF-8 bytes are decoded with ``surrogateescape`` first so the error can name the field
-    that holds them rather than only the line.
+    Lines are decoded strictly; only a line that holds non-UTF-8 bytes is decoded again with
+    ``surrogateescape`` and searched, so the error names the field that holds them.
     """
     path = Path(path)
     if not path.exists():
@@ -48,16 +58,23 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             for lineno, raw in enumerate(fh, start=1):
                 if not raw.strip():
                     continue
-                text = raw.decode("utf-8", errors="surrogateescape")
+                try:
+                    text, bad_bytes = raw.decode("utf-8"), False
+                except UnicodeDecodeError:  # rare: decode losslessly so the error can name the field
+                    text, bad_bytes = raw.decode("utf-8", errors="surrogateescape"), True
                 try:
                     record = json.loads(text)
                 except json.JSONDecodeError as exc:
                     raise DataError(str(path), lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
                 if not isinstance(record, dict):
                     raise DataError(str(path), lineno, None, f"expected a JSON object, got {type(record).__name__}")
-                bad = _field_with_bad_bytes(record)
-                if bad:
-                    raise DataError(str(path), lineno, bad, "contains bytes that are not valid UTF-8")
+                if bad_bytes:
+                    raise DataError(str(path), lineno, _field_with_bad_bytes(record) or None,
+                                    "contains bytes that are not valid UTF-8")
+                if "\\ud" in text or "\\uD" in text:  # a paired escape is a real character; an unpaired one is not
+                    field = _field_with_bad_bytes(record)
+                    if field:
+                        raise DataError(str(path), lineno, field, "contains an unpaired surrogate escape (not valid Unicode)")
                 yield lineno, record
         except (OSError, EOFError) as exc:  # truncated or corrupt gzip
             raise DataError(str(path), None, None, f"cannot read file: {exc}") from None

@@ -30,8 +30,9 @@ CHOICE_KEYS = ("data", "tier", "eval")
 
 
 def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    data = resolved_data(cfg, StageCache(cfg.cache_dir), str(run_dir), lambda name, rec: rec)
-    dataset = load_cell_dataset(data, cfg.tier)
+    cache, keep = StageCache(cfg.cache_dir), lambda name, rec: rec
+    data = resolved_data(cfg, cache, str(run_dir), keep)
+    dataset = load_cell_dataset(data, cfg.tier, cache, str(run_dir), keep)
     predicted, unmatched = read_external(cfg.predictions, dataset.queries)
     missing = [q for q in dataset.queries if q.id not in predicted]
     if missing:

@@ -48,6 +48,26 @@ def texts_fingerprint(items: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=4096)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def files_fingerprint(paths: Sequence[str | Path]) -> str:
+    """Content hash of input files, in order. A missing file hashes as missing (the load that follows
+    names it). Digests are memoised per (path, size, mtime) so cells of one process hash a file once."""
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            st = os.stat(path)
+            digest = _file_digest(str(path), st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            digest = "missing"
+        h.update(f"{Path(path).name}\0{digest}\0".encode())
+    return h.hexdigest()[:16]
+
+
 @functools.cache
 def _source_hash(module_file: str) -> str:
     """Read once per process, so a file edited while a grid runs cannot change the keys of code

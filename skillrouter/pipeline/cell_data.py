@@ -8,9 +8,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..data import DataError, Dataset, load_descriptions
-from ..data.dataset import load_source
 from ..data.download import ensure_release
 from . import stages
+from .cache import StageCache
 
 RELEASE_SOURCES = ("skillrouter_core", "r3_skill")
 
@@ -28,8 +28,11 @@ def resolved_data(cfg: DictConfig, cache, user: str, record) -> dict[str, Any]:
     return data
 
 
-def load_cell_dataset(data: dict[str, Any], tier: DictConfig | dict) -> Dataset:
-    return load_source(data, tier["name"], bool(tier["distractors"]))
+def load_cell_dataset(data: dict[str, Any], tier: DictConfig | dict, cache: StageCache, user: str, record) -> Dataset:
+    """The cell's dataset through the cached columnar ``load_data`` stage."""
+    dataset, rec = stages.load_data(cache, data, tier["name"], bool(tier["distractors"]), user)
+    record("load_data", rec)
+    return dataset
 
 
 def load_oracle(cfg: DictConfig, data: dict[str, Any]) -> dict[str, str] | None:

@@ -34,6 +34,7 @@ from .cache import StageCache, StageRecord, record_dict, texts_fingerprint
 from ..tracking import make_tracker
 from .cell_data import load_cell_dataset, load_oracle, resolved_data
 from .provenance import provenance
+from .shards import ShardPlan
 from .train_stages import EncoderTraining, train_encoder_stage, train_queries, train_reranker_stage
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ def encoder_spec(enc: DictConfig) -> EncoderSpec:
     return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
                        query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
                        batch_size=enc.batch_size, padding_side=enc.get("padding_side"),
-                       trust_remote_code=enc.get("trust_remote_code", False))
+                       trust_remote_code=enc.get("trust_remote_code", False), backend=enc.get("backend", "torch"),
+                       max_tokens=enc.get("max_tokens"))
 
 
 @dataclass
@@ -107,6 +109,7 @@ class Retriever:
     spec: EncoderSpec | None = None
     pool: StageRecord | None = None
     model_path: str | None = None
+    model_key: str | None = None
 
     def retrieve(self, ctx: CellContext, queries: list[Query], k: int) -> StageRecord:
         qtexts = [self.text.query(q.text) for q in queries]
@@ -114,16 +117,18 @@ class Retriever:
             return stages.retrieve_bm25(ctx.cache, self.bm25, self.texts, self.ids, queries, qtexts, k, ctx.user,
                                         ctx.cfg.progress)
         return stages.retrieve_dense(ctx.cache, self.spec, self.pool, queries, qtexts, k, ctx.user,
-                                     model_path=self.model_path, progress=ctx.cfg.progress)
+                                     model_path=self.model_path, model_key=self.model_key, progress=ctx.cfg.progress)
 
 
 def dense_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str,
                     model_path: str | None = None, model_key: str | None = None) -> Retriever:
     spec = encoder_spec(enc)
+    embed = ctx.cfg.embed
+    plan = ShardPlan(shards=embed.shards, launcher=embed.launcher, slurm=OmegaConf.to_container(embed.slurm))
     pool = stages.embed_pool(ctx.cache, spec, texts, ids, ctx.user, model_path=model_path, model_key=model_key,
-                             progress=ctx.cfg.progress)
+                             progress=ctx.cfg.progress, plan=plan)
     ctx.record(stage_name, pool)
-    return Retriever(ids, texts, encoder_text(ctx.cfg), spec=spec, pool=pool, model_path=model_path)
+    return Retriever(ids, texts, encoder_text(ctx.cfg), spec=spec, pool=pool, model_path=model_path, model_key=model_key)
 
 
 def base_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: list[str], stage_name: str) -> Retriever:
@@ -163,7 +168,10 @@ def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] |
     depth = enc.negatives.depth
     sem = ctx.record("mine_semantic", base.retrieve(ctx, tq, depth))
     lex = ctx.record("mine_lexical", lexical.retrieve(ctx, tq, depth))
-    lists = {name: [stages.load_stage_rankings(rec)[q.id].ids for q in tq] for name, rec in (("sem", sem), ("lex", lex))}
+    lists = {}
+    for name, rec in (("sem", sem), ("lex", lex)):
+        rankings = stages.load_stage_rankings(rec)  # once per artifact, not once per training query
+        lists[name] = [rankings[q.id].ids for q in tq]
     setup = EncoderTraining(spec=base.spec, loss=EncoderLoss(**enc.loss), negatives=NegativeCounts(**enc.negatives),
                             fn_filter=OmegaConf.to_container(cfg.fn_filter), train=TrainConfig(**enc.train, seed=cfg.seed))
     qtexts = [base.text.query(ex.query) for ex in examples]
@@ -247,7 +255,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     ctx = CellContext(cfg, run_dir)
     t0 = time.perf_counter()
     data = resolved_data(cfg, ctx.cache, ctx.user, ctx.record)
-    dataset = ctx.timed("load_data", load_cell_dataset, data, cfg.tier)
+    dataset = load_cell_dataset(data, cfg.tier, ctx.cache, ctx.user, ctx.record)
     oracle = load_oracle(cfg, data)
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
     retriever = prepare_retriever(ctx, dataset, dataset.skills, oracle, data)

