@@ -1,5 +1,7 @@
-"""Pool embedding throughput: our embed_pool stage (cold, then warm from the stage cache) against a
-plain SentenceTransformer.encode of the same rendered texts, in one run.
+"""Pool embedding throughput: a plain SentenceTransformer.encode of the rendered texts against our
+embed_pool stage with each backend (torch, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm from
+the stage cache, in one run; then what each backend costs in retrieval quality on the built-in data
+(MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs.
 
     python benchmarks/embed_throughput.py [--n 400]
 
@@ -9,13 +11,18 @@ back to the built-in pool when the sample is absent). Figures go to reports/perf
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SHARED_DATA, Timer, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, Timer, write_figures  # noqa: E402
+
+import torch  # noqa: E402
 
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
@@ -23,8 +30,8 @@ from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.fields import Caps, render_pool  # noqa: E402
 from skillrouter.models import resolve_model  # noqa: E402
 from skillrouter.pipeline.cache import StageCache  # noqa: E402
-from skillrouter.pipeline.stages import embed_pool  # noqa: E402
-from skillrouter.retrieval.dense import EncoderSpec  # noqa: E402
+from skillrouter.pipeline.stages import embed_pool, encoder_model  # noqa: E402
+from skillrouter.retrieval.dense import BACKENDS, EncoderSpec  # noqa: E402
 
 
 def main() -> None:
@@ -43,19 +50,38 @@ def main() -> None:
 
     with Timer() as plain:
         SentenceTransformer(resolve_model(spec.model), device="cpu").encode(texts, batch_size=spec.batch_size)
-    cache = StageCache(tmp / "cache")
-    with Timer() as cold:
-        embed_pool(cache, spec, texts, ids, user="bench", progress=False)
-    with Timer() as warm:
-        embed_pool(cache, spec, texts, ids, user="bench", progress=False)
-    write_figures("embed_throughput", {
-        "texts": len(texts), "source": source.name,
-        "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1),
-        "skillrouter_cold_s": cold.seconds, "skillrouter_cold_texts_per_s": round(len(texts) / cold.seconds, 1),
-        "skillrouter_warm_s": warm.seconds,
-        "cold_speedup_vs_plain": round(plain.seconds / cold.seconds, 2),
-        "warm_speedup_vs_plain": round(plain.seconds / warm.seconds, 1),
-    }, "python benchmarks/embed_throughput.py --n %d" % args.n)
+    figures = {"texts": len(texts), "source": source.name, "threads": torch.get_num_threads(),
+               "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1)}
+    for backend in BACKENDS:
+        cache, bspec = StageCache(tmp / f"cache-{backend}"), dataclasses.replace(spec, backend=backend)
+        if backend != "torch":  # the one-off export is its own cached stage: time it apart from encoding
+            with Timer() as export:
+                encoder_model(cache, bspec, None, None, "bench")
+            figures[f"{backend}_export_s"] = export.seconds
+        with Timer() as cold:
+            embed_pool(cache, bspec, texts, ids, user="bench", progress=False)
+        with Timer() as warm:
+            embed_pool(cache, bspec, texts, ids, user="bench", progress=False)
+        figures[f"{backend}_cold_s"] = cold.seconds
+        figures[f"{backend}_texts_per_s"] = round(len(texts) / cold.seconds, 1)
+        figures[f"{backend}_speedup_vs_plain"] = round(plain.seconds / cold.seconds, 2)
+        figures[f"{backend}_warm_s"] = warm.seconds
+    figures["builtin_quality"] = quality_by_backend(tmp)
+    write_figures("embed_throughput", figures, "python benchmarks/embed_throughput.py --n %d" % args.n)
+
+
+def quality_by_backend(tmp: Path) -> dict[str, dict[str, float]]:
+    """Hit@1 / MRR@10 / R@10 of MiniLM on the built-in benchmark (Easy and Hard) per backend."""
+    out = {}
+    for backend in BACKENDS:
+        for tier in ("easy", "hard"):
+            run = tmp / f"q-{backend}-{tier}"
+            subprocess.run([sys.executable, str(ROOT / "launch.py"), "encoder=minilm", f"encoder.backend={backend}",
+                            f"tier={tier}", f"hydra.run.dir={run}", f"cache_dir={tmp / 'qcache'}", "progress=false"],
+                           cwd=ROOT, check=True, capture_output=True)
+            m = json.loads((run / "metrics.json").read_text())["metrics"]
+            out[f"{backend}/{tier}"] = {k: round(m[k], 4) for k in ("hit@1", "mrr@10", "r@10")}
+    return out
 
 
 if __name__ == "__main__":

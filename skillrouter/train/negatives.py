@@ -40,6 +40,23 @@ def _pick(candidates: list[str], n: int, gt: tuple[str, ...], fn_filter: FalseNe
     return picked
 
 
+SPARE = 20  # candidates drawn beyond the count, so the false-negative filter can reject some
+
+
+def _outside(rng: random.Random, all_ids: list[str], category_of: dict[str, str], cats: list[str], n: int) -> list[str]:
+    """Up to ``n`` distinct random ids outside ``cats``: rejection sampling, so the cost does not grow
+    with the pool (a pool almost entirely inside ``cats`` falls back to a scan)."""
+    picked: dict[str, None] = {}
+    for _ in range(20 * n):
+        if len(picked) == n:
+            return list(picked)
+        cand = all_ids[rng.randrange(len(all_ids))]
+        if category_of[cand] not in cats:
+            picked[cand] = None
+    others = [i for i in all_ids if category_of[i] not in cats] or all_ids
+    return rng.sample(others, min(len(others), n))
+
+
 def mine_negatives(examples: list[TrainExample], skills: list[Skill], semantic: list[list[str]], lexical: list[list[str]],
                    counts: NegativeCounts, fn_filter: FalseNegativeFilter | None, seed: int) -> tuple[list[list[str]], dict[str, int]]:
     """Return per example its negative ids, and how many each source contributed."""
@@ -53,11 +70,11 @@ def mine_negatives(examples: list[TrainExample], skills: list[Skill], semantic: 
     out: list[list[str]] = []
     for ex, sem, lex in zip(examples, semantic, lexical):
         cats = sorted({category_of.get(p, "") for p in ex.positives} - {""})
-        others = [i for i in all_ids if category_of[i] not in cats] or all_ids
+        same = [i for c in cats for i in rng.sample(by_category[c], min(len(by_category[c]), SPARE + counts.category))]
         sources = (("semantic", sem[: counts.depth], counts.semantic),
                    ("lexical", lex[: counts.depth], counts.lexical),
-                   ("category", [i for c in cats for i in by_category[c]], counts.category),
-                   ("random", rng.sample(others, min(len(others), 20 + counts.random)), counts.random))
+                   ("category", same, counts.category),
+                   ("random", _outside(rng, all_ids, category_of, cats, SPARE + counts.random), counts.random))
         chosen: list[str] = []
         for source, pool, n in sources:
             candidates = [c for c in pool if c not in ex.positives and c not in chosen]
