@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from skillrouter.data.types import Skill
-from skillrouter.models import build_tiny_qwen3
+from skillrouter.models import build_tiny_qwen3, device
 from skillrouter.pipeline.run import encoder_spec, encoder_text, reranker_spec, reranker_text
 from skillrouter.rerank.scorers import QWEN3_PREFIX, QWEN3_SUFFIX, CrossEncoderScorer, PairScorer
 from skillrouter.retrieval.dense import encode, load_encoder
@@ -55,7 +55,7 @@ def test_skillrouter_embedding_preset(tiny):
     with torch.no_grad():
         hidden = raw(**expected).last_hidden_state[:, -1]
     reference = torch.nn.functional.normalize(hidden, dim=1).numpy()
-    assert encode(model, batch, 2, False) == pytest.approx(reference, abs=1e-5)
+    assert encode(model, batch, 2, False) == pytest.approx(reference, abs=1e-5 if device() == "cpu" else 3e-2)  # bf16 on CUDA
 
 
 def _causal_rows(scorer: PairScorer, queries, docs):
@@ -85,7 +85,7 @@ def test_skillrouter_reranker_preset(tiny, prompt_format):
     assert rows["input_ids"].shape[1] == 96 and rows["attention_mask"][:, -1].all()  # left-padded to the longest
     scores = scorer.score([TASK, "x"], [doc, "<Document>: n | d | b"])
     with torch.no_grad():
-        logits = scorer.model(**rows).logits[:, -1, :]
+        logits = scorer.model(**rows.to(scorer.model.device)).logits[:, -1, :].float().cpu()
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
     assert scores == pytest.approx((logits[:, yes] - logits[:, no]).tolist(), abs=1e-5)
 

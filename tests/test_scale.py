@@ -10,6 +10,7 @@ from skillrouter.data.builtin import generate
 from skillrouter.data.columnar import read_dataset, write_dataset
 from skillrouter.data.dataset import load_source
 from skillrouter.fields import Caps, render_pool
+from skillrouter.models import device
 from skillrouter.pipeline import stages
 from skillrouter.pipeline.cache import StageCache
 from skillrouter.pipeline.shards import ShardPlan, shard_bounds
@@ -68,7 +69,7 @@ def test_budgeted_encoding_equals_sentence_transformers(tiny_data):
     texts = tiny_data["texts"]
     plain = encode(model, texts, 8, False)
     budgeted = encode(model, texts, 8, False, max_tokens=600)
-    assert budgeted == pytest.approx(plain, abs=1e-5)
+    assert budgeted == pytest.approx(plain, abs=1e-5 if device() == "cpu" else 2e-2)  # bf16 on CUDA
 
 
 @pytest.mark.parametrize("backend, tolerance", [("onnx", 1e-4), ("onnx-int8", 0.2)])

@@ -86,13 +86,13 @@ def embed_pool(cache: StageCache, spec: EncoderSpec, texts: list[str], ids: list
                model_path: str | None = None, model_key: str | None = None, progress: bool = True,
                plan: ShardPlan = ShardPlan()) -> StageRecord:
     """Pool embeddings, stored float16, keyed by (model, rendered pool) and reused by any later run.
-    With ``plan.shards > 1`` they are built as shards in parallel jobs and merged (same key, same
-    artifact: sharding is how it is computed, not what it is)."""
+    With ``plan.shards > 1`` (or a SLURM launcher) they are built as shards in parallel jobs and
+    merged (same key, same artifact: sharding is how it is computed, not what it is)."""
     params = {k: v for k, v in asdict(spec).items() if k not in EXECUTION_ONLY}
     inputs = [texts_fingerprint(ids), texts_fingerprint(texts)] + ([model_key] if model_key else [])
 
     def build(out: Path) -> dict[str, Any]:
-        if plan.shards > 1:
+        if plan.shards > 1 or plan.launcher == "slurm":
             emb = embed_sharded(cache, spec, texts, ids, plan, user, model_path, model_key)
         else:
             model = encoder_model(cache, spec, model_path, model_key, user)

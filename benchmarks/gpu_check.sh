@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 10 as one prepared script, for a machine with a CUDA GPU (the device tool's
+# H200, a cluster node). Writes its whole output to OUT_DIR/gpu_check.txt (default reports/perf/).
+#
+#   bash benchmarks/gpu_check.sh [OUT_DIR]
+#
+# Needs: a python (PYTHON, default python3) with a CUDA build of torch and this project's dependencies
+# importable (an env, or wheels put on PYTHONPATH); no hub (models are tiny random Qwen3 stand-ins, and
+# the serving benchmark falls back to the built-in pool when ../shared/data is absent).
+# What it exercises: bf16 weights, SDPA / FlashAttention-2, token-budget batches with pinned copies, the
+# exact search on the GPU, the Qwen3 presets' exact inputs on CUDA, and the online path's latency.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-${OUT:-reports/perf}}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT_DIR"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 WANDB_MODE=disabled
+TINY=$(mktemp -d)
+{
+  echo "== $(date -u) $(hostname)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  $PY -c "import torch, importlib.util as u; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'flash_attn', bool(u.find_spec('flash_attn')))"
+  echo "== tests that take the CUDA paths"
+  $PY -m pytest -q -p no:cacheprovider tests/test_scale.py tests/test_presets.py tests/test_retrieval.py -k "not onnx"
+  echo "== tiny Qwen3 stand-ins"
+  $PY -m skillrouter.models --out "$TINY"
+  echo "== embedding throughput on the GPU: plain sentence-transformers vs token budget (bf16)"
+  $PY benchmarks/gpu_embed.py --model "$TINY/base"
+  echo "== serving latency, tiny Qwen3 stand-ins with the released presets' settings"
+  $PY benchmarks/serving_latency.py --queries 50 --name gpu_tiny_qwen3 encoder=skillrouter_emb_0.6b \
+      "encoder.model=$TINY/base" reranker=skillrouter_rank_0.6b "reranker.model=$TINY/causal_lm"
+  echo "== done"
+} 2>&1 | tee "$OUT_DIR/gpu_check.txt"

@@ -1,0 +1,119 @@
+"""The online path per query, as SkillRouter reports it (495.8 ms p50 for its 1.2B pipeline): encode
+the query, search the cached pool index, rerank the top-20. p50 / p95 / p99 over the queries, and the
+process's peak memory, for any encoder / reranker preset.
+
+    python benchmarks/serving_latency.py [--trained-reranker] [--queries 100] [OVERRIDE ...]
+    python benchmarks/serving_latency.py encoder=skillrouter_emb_0.6b encoder.model=PATH \
+        reranker=skillrouter_rank_0.6b reranker.model=PATH            # the released checkpoints (GPU)
+
+Overrides are Hydra overrides of conf/config.yaml (default: encoder=minilm reranker=minilm_ce).
+``--trained-reranker`` first fine-tunes reranker=trained on the built-in data through launch.py (a
+cached stage) and serves that model. Pool: the 13.6K real skills of ../shared/data (the built-in
+pool when absent), embedded once through the embed_pool stage; queries: the pool's descriptions.
+Figures: reports/perf/serving_latency[_<name>].*.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from skillrouter.data.builtin import generate  # noqa: E402
+from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
+from skillrouter.data.types import LoadReport  # noqa: E402
+from skillrouter.models import device  # noqa: E402
+from skillrouter.pipeline.cache import StageCache  # noqa: E402
+from skillrouter.pipeline.run import encoder_spec, encoder_text, reranker_spec, reranker_text  # noqa: E402
+from skillrouter.pipeline.stages import embed_pool, encoder_model  # noqa: E402
+from skillrouter.rerank.scorers import make_scorer  # noqa: E402
+from skillrouter.retrieval.dense import encode  # noqa: E402
+
+
+def trained_reranker(cache_dir: Path) -> str:
+    """Fine-tune reranker=trained (MiniLM cross-encoder, listwise) on the built-in data; its model path."""
+    run = Path(tempfile.mkdtemp()) / "run"
+    subprocess.run([sys.executable, str(ROOT / "launch.py"), "encoder=minilm", "reranker=trained", f"hydra.run.dir={run}",
+                    f"cache_dir={cache_dir}", "progress=false"], cwd=ROOT, check=True, capture_output=True)
+    key = json.loads((run / "metrics.json").read_text())["stages"]["train_reranker"]["key"]
+    return str(cache_dir / "train_reranker" / key / "model")
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    return {f"p{p}": round(float(np.percentile(values, p)), 1) for p in (50, 95, 99)} | {"mean": round(float(np.mean(values)), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", default=[])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--topk", type=int, default=20)
+    parser.add_argument("--trained-reranker", action="store_true")
+    parser.add_argument("--name", default="", help="suffix of the figures file")
+    args = parser.parse_args()
+    cache_dir = ROOT / ".cache" / "skillrouter"
+    overrides = ["encoder=minilm", "reranker=minilm_ce", *args.overrides]
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra.runtime.cwd=.", *overrides], return_hydra_config=False)
+    reranker_path = trained_reranker(cache_dir) if args.trained_reranker else None
+
+    sample = SHARED_DATA / "skills-sample.jsonl.gz"
+    source = sample if sample.exists() else generate(Path(tempfile.mkdtemp()))["pool"]
+    skills = load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
+    enc_text, rr_text = encoder_text(cfg), reranker_text(cfg)
+    ids, texts = [s.id for s in skills], [enc_text.skill(s) for s in skills]
+    spec, cache = encoder_spec(cfg.encoder), StageCache(cache_dir)
+    t0 = time.perf_counter()
+    pool = embed_pool(cache, spec, texts, ids, "serving-benchmark", progress=True)
+    pool_seconds = time.perf_counter() - t0
+    emb = np.load(Path(pool.path) / "embeddings.npy").astype(np.float32)
+
+    import faiss
+
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(emb)
+    model = encoder_model(cache, spec, None, None, "serving-benchmark")
+    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=reranker_path)
+    docs = {s.id: rr_text.skill(s) for s in skills}
+    queries = [s.description or s.name for s in random.Random(0).sample(skills, args.queries + 3)]
+    timings: dict[str, list[float]] = {"encode_ms": [], "search_ms": [], "rerank_ms": [], "total_ms": []}
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        qv = encode(model, [enc_text.query(q)], 1, False)
+        t1 = time.perf_counter()
+        _, idx = index.search(qv, 50)
+        t2 = time.perf_counter()
+        head = [ids[j] for j in idx[0][: args.topk]]
+        scorer.score([rr_text.query(q)] * len(head), [docs[h] for h in head])
+        t3 = time.perf_counter()
+        if i >= 3:  # warm-up queries excluded
+            for name, value in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
+                timings[name].append(1000 * value)
+    import torch
+
+    figures = {"device": device(), "torch_threads": torch.get_num_threads(), "pool_skills": len(ids),
+               "encoder": cfg.encoder.name, "reranker": (cfg.reranker.name + (" (fine-tuned on built-in data)" if reranker_path else "")),
+               "rerank_topk": args.topk, "queries": len(timings["total_ms"]),
+               "pool_embedding_s (cached after the first run)": round(pool_seconds, 2),
+               **{name: percentiles(v) for name, v in timings.items()},
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device() == "cuda":
+        figures["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    name = "serving_latency" + (f"_{args.name}" if args.name else "")
+    write_figures(name, figures, "python benchmarks/serving_latency.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
