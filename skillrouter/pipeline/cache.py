@@ -8,10 +8,20 @@
   without one is treated as absent and rebuilt;
 * a lock per key (``<key>.lock``, created with O_EXCL, so it also works on NFS/Lustre) lets one
   process build while the others wait; the holder refreshes the lock's mtime from a heartbeat
-  thread, and a lock whose heartbeat stopped for ``stale_after`` seconds is taken over.
+  thread, and a lock whose heartbeat stopped for ``stale_after`` seconds is taken over. A lock file
+  carries its holder's token: a holder that was frozen past the timeout and wakes up never releases
+  or refreshes a lock that is no longer its own, and never overwrites an entry published meanwhile;
+* the manifest lists the size and sha256 of every file of the entry; reuse checks the sizes always
+  and the hashes on first use after ``verify_after_days`` (and on ``cache verify``); an entry that
+  fails is moved to ``<root>/.quarantine/`` (logged, counted in the run's ``metrics.json``) and rebuilt;
+* a write that fails for lack of space or a file-size limit stops the stage with one line naming the
+  stage and the path, and leaves no partial entry;
+* ``SKILLROUTER_FAULT=<point>[@<stage>][:stop|:hog=MB]`` kills (or stops, or inflates) the process at a
+  named publish step (``lock_acquired``, ``tmp_partial``, ``tmp_complete``): the fault-injection suite's hook.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import inspect
@@ -19,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -33,6 +44,62 @@ from ..data.jsonl import atomic_write_json
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+NOT_CHECKSUMMED = (MANIFEST, "users.txt", ".verified")  # written after publication
+FAULT_ENV = "SKILLROUTER_FAULT"
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
+
+
+class StageWriteError(OSError):
+    """A stage could not write its artifact (disk full, file-size limit, read-only filesystem)."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def fault_point(name: str, stage: str) -> None:
+    """The fault-injection hook: a no-op unless ``SKILLROUTER_FAULT`` (``point[@stage][:action]``)
+    names this point (and this stage)."""
+    where, _, action = os.environ.get(FAULT_ENV, "").partition(":")
+    point, _, only = where.partition("@")
+    if point != name or (only and only != stage):
+        return
+    if action.startswith("hog="):  # hold this much memory from here on (a cell over its --mem limit)
+        fault_point.ballast = b"\x01" * (int(action[4:]) * 2**20)  # type: ignore[attr-defined]  # filled: resident
+        return
+    os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
+
+
+def file_table(entry: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"size", "sha256"}}`` of an entry's files (what its manifest vouches for)."""
+    out = {}
+    for path in sorted(p for p in entry.rglob("*") if p.is_file()):
+        rel = path.relative_to(entry).as_posix()
+        if rel in NOT_CHECKSUMMED:
+            continue
+        with open(path, "rb") as fh:
+            out[rel] = {"size": path.stat().st_size, "sha256": hashlib.file_digest(fh, "sha256").hexdigest()}
+    return out
+
+
+def entry_problem(entry: Path, deep: bool) -> str | None:
+    """Why an entry cannot be trusted (sizes always, hashes when ``deep``), or None."""
+    try:
+        files = json.loads((entry / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "manifest unreadable or without checksums"
+    for rel, want in files.items():
+        path = entry / rel
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return f"{rel}: missing"
+        if size != want["size"]:
+            return f"{rel}: {size} bytes, manifest says {want['size']}"
+        if deep:
+            with open(path, "rb") as fh:
+                if hashlib.file_digest(fh, "sha256").hexdigest() != want["sha256"]:
+                    return f"{rel}: content differs from its manifest checksum"
+    return None
 
 
 def stable_hash(obj: Any, n: int = 16) -> str:
@@ -108,8 +175,10 @@ def _pid_alive(pid: int) -> bool:
 class FileLock:
     """Exclusive lock file with a heartbeat and stale-lock takeover (safe on shared filesystems)."""
 
-    def __init__(self, path: Path, stale_after: float = 300.0, poll: float = 0.5, heartbeat: float = 30.0):
-        self.path, self.stale_after, self.poll, self.heartbeat = path, stale_after, poll, heartbeat
+    def __init__(self, path: Path, stale_after: float = 300.0, poll: float = 0.5, heartbeat: float | None = None):
+        self.path, self.stale_after, self.poll = path, stale_after, poll
+        self.heartbeat = heartbeat if heartbeat is not None else min(30.0, stale_after / 4)
+        self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -119,8 +188,15 @@ class FileLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as fh:
-            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}, fh)
+            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "token": self.token}, fh)
         return True
+
+    def owned(self) -> bool:
+        """The lock file is still this holder's (not taken over while it was frozen)."""
+        try:
+            return json.loads(self.path.read_text() or "{}").get("token") == self.token
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
 
     def _is_stale(self) -> bool:
         """No heartbeat for ``stale_after`` seconds, or a holder on this host that no longer runs
@@ -139,8 +215,10 @@ class FileLock:
             if self._is_stale():
                 log.warning("taking over stale lock %s", self.path)
                 # rename first so two waiters cannot both delete a fresh lock
+                aside = Path(f"{self.path}.stale-{uuid.uuid4().hex}")
                 try:
-                    os.replace(self.path, f"{self.path}.stale-{uuid.uuid4().hex}")
+                    os.replace(self.path, aside)
+                    aside.unlink()
                 except FileNotFoundError:
                     pass
                 continue
@@ -154,6 +232,8 @@ class FileLock:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
+            if not self.owned():
+                return
             try:
                 os.utime(self.path)
             except FileNotFoundError:
@@ -163,7 +243,8 @@ class FileLock:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.path.unlink(missing_ok=True)
+        if self.owned():
+            self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> FileLock:
         self.acquire()
@@ -176,8 +257,9 @@ class FileLock:
 class StageCache:
     """Get-or-build for stage artifacts under ``root``."""
 
-    def __init__(self, root: str | Path, stale_after: float = 300.0):
-        self.root, self.stale_after = Path(root), stale_after
+    def __init__(self, root: str | Path, stale_after: float = 300.0, verify_after_days: float | None = 7.0):
+        self.root, self.stale_after, self.verify_after_days = Path(root), stale_after, verify_after_days
+        self.quarantined: list[dict[str, str]] = []
 
     def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
             code: Sequence[ModuleType] = ()) -> str:
@@ -189,6 +271,37 @@ class StageCache:
 
     def is_complete(self, stage: str, key: str) -> bool:
         return (self.entry(stage, key) / MANIFEST).exists()
+
+    def _due_for_hashing(self, entry: Path) -> bool:
+        if self.verify_after_days is None:
+            return False
+        marker = entry / ".verified"
+        last = marker.stat().st_mtime if marker.exists() else 0.0
+        return time.time() - last >= self.verify_after_days * 86400
+
+    def check(self, stage: str, key: str, deep: bool | None = None) -> bool:
+        """Whether a complete entry is intact; a damaged one is quarantined (and so reads as absent)."""
+        entry = self.entry(stage, key)
+        deep = self._due_for_hashing(entry) if deep is None else deep
+        problem = entry_problem(entry, deep)
+        if problem is None:
+            if deep:
+                (entry / ".verified").touch()
+            return True
+        self.quarantine(stage, key, problem)
+        return False
+
+    def quarantine(self, stage: str, key: str, problem: str) -> Path:
+        """Move a damaged entry aside (never read again, kept for inspection) and log why."""
+        target = self.root / ".quarantine" / stage / f"{key}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(self.entry(stage, key), target)
+        except FileNotFoundError:  # another process moved it first
+            pass
+        log.warning("stage %s %s quarantined to %s: %s", stage, key, target, problem)
+        self.quarantined.append({"stage": stage, "key": key, "problem": problem, "moved_to": str(target)})
+        return target
 
     def get_or_build(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
                      build: Callable[[Path], dict[str, Any] | None], *, code: Sequence[ModuleType] = (),
@@ -203,15 +316,16 @@ class StageCache:
         key = self.key(stage, version, params, inputs, code)
         final = self.entry(stage, key)
         start = time.perf_counter()
-        cached = self.is_complete(stage, key)
+        cached = self.is_complete(stage, key) and self.check(stage, key)
         if not cached:
             final.parent.mkdir(parents=True, exist_ok=True)
             lock = FileLock(final.parent / f"{key}.lock", stale_after=self.stale_after)
             lock.acquire(on_wait=lambda: log.info("%s %s: another job is building it; waiting", stage, key))
             try:
-                cached = self.is_complete(stage, key)  # built while we waited
+                fault_point("lock_acquired", stage)
+                cached = self.is_complete(stage, key) and self.check(stage, key, deep=False)  # built while we waited
                 if not cached:
-                    self._build(stage, key, params, inputs, final, build)
+                    cached = not self._build(stage, key, params, inputs, final, build)
             finally:
                 lock.release()
         seconds = time.perf_counter() - start
@@ -222,28 +336,51 @@ class StageCache:
         return StageRecord(key=key, cached=cached, seconds=round(seconds, 3), path=str(final))
 
     def _build(self, stage: str, key: str, params: dict, inputs: list[str], final: Path,
-               build: Callable[[Path], dict[str, Any] | None]) -> None:
+               build: Callable[[Path], dict[str, Any] | None]) -> bool:
+        """Build into a temporary folder and publish it; False when another process published the same
+        entry first (a lock taken over while this one was frozen): its copy wins, ours is discarded."""
         tmp = final.parent / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:
             t0 = time.perf_counter()
             extra = build(tmp) or {}
+            fault_point("tmp_partial", stage)
             manifest = {"stage": stage, "key": key, "code": code_fingerprint(()), "params": params, "inputs": inputs,
                         "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
-                        "host": socket.gethostname(), **extra}
+                        "host": socket.gethostname(), **extra, "files": file_table(tmp)}
             atomic_write_json(tmp / MANIFEST, manifest)
-            if final.exists():  # incomplete leftover (no manifest)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            fault_point("tmp_complete", stage)
+            return self._publish(tmp, final)
+        except OSError as exc:
+            if exc.errno in WRITE_ERRNOS:
+                raise StageWriteError(exc.errno, f"stage {stage}: cannot write {exc.filename or tmp}: {exc.strerror}") from None
             raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def _publish(tmp: Path, final: Path) -> bool:
+        if (final / MANIFEST).exists():
+            return False
+        if final.exists():  # an incomplete leftover: moved aside, never merged into
+            aside = final.parent / f".tmp-leftover-{final.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if (final / MANIFEST).exists():
+                return False
+            raise
+        return True
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry with its size and users, for ``python -m skillrouter.cache``."""
         out = []
         for manifest in sorted(self.root.glob(f"*/*/{MANIFEST}")):
             entry = manifest.parent
+            if entry.name.startswith(".") or entry.parent.name.startswith("."):
+                continue  # a temporary build (perhaps of a killed job) or the quarantine: not an entry
             size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
             users_file = entry / "users.txt"
             users = sorted(set(users_file.read_text().split())) if users_file.exists() else []
@@ -293,7 +430,7 @@ def prune(cache: StageCache, *, stage: str | None = None, older_than_days: float
 
 
 def main() -> None:
-    """``python -m skillrouter.pipeline.cache [--cache-dir DIR] list|prune ...``"""
+    """``python -m skillrouter.pipeline.cache [--cache-dir DIR] list|prune|verify ...``"""
     import argparse
 
     parser = argparse.ArgumentParser(description="Show or prune the stage cache.")
@@ -306,8 +443,18 @@ def main() -> None:
     p.add_argument("--unused", action="store_true", help="no run directory that used the entry still exists")
     p.add_argument("--all", action="store_true", help="everything, including resumable training work")
     p.add_argument("--dry-run", action="store_true")
+    v = sub.add_parser("verify", help="hash every entry against its manifest; quarantine the damaged ones")
+    v.add_argument("--stage")
     args = parser.parse_args()
     cache = StageCache(args.cache_dir)
+    if args.command == "verify":
+        entries = [e for e in cache.entries() if not args.stage or e["stage"] == args.stage]
+        for e in entries:
+            if not cache.check(e["stage"], e["key"], deep=True):
+                bad = cache.quarantined[-1]
+                print(f"quarantined {e['stage']}/{e['key']}: {bad['problem']} (moved to {bad['moved_to']}; rebuilt on next use)")
+        print(f"verified {len(entries)} entries: {len(entries) - len(cache.quarantined)} intact, {len(cache.quarantined)} quarantined")
+        return
     if args.command == "list":
         entries = cache.entries()
         for e in entries:

@@ -11,6 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..data import DataError
+from .cache import StageWriteError
 from .run import run_cell
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,10 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         group = Path(hc.sweep.dir).name if multirun else "single"
         return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
-    except DataError as err:
+    except (DataError, StageWriteError) as err:
         if multirun:
             return None
-        print(f"skillrouter: data error: {err}", file=sys.stderr)
+        print(f"skillrouter: {'data' if isinstance(err, DataError) else 'write'} error: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception:
         if multirun:

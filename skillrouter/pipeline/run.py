@@ -45,7 +45,8 @@ class CellContext:
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg, self.run_dir = cfg, run_dir
-        self.cache = StageCache(cfg.cache_dir)
+        self.cache = StageCache(cfg.cache_dir, stale_after=cfg.cache_lock_stale_s,
+                                verify_after_days=cfg.cache_verify_after_days)
         self.stages: dict[str, StageRecord] = {}
         self.user = str(run_dir)
 
@@ -269,6 +270,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     result, rows = score_rankings(cfg, dataset, ordered, choices, data, timed=ctx.timed)
     atomic_write_json(run_dir / "per_query.json", rows)
     result["stages"] = {name: record_dict(rec) for name, rec in ctx.stages.items()}
+    result["cache"] = {"quarantined": ctx.cache.quarantined}
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result, rows
 
