@@ -54,10 +54,13 @@ SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherParams=OverMemoryKill
+JobAcctGatherFrequency=task=1
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=4096
 EnforcePartLimits=ALL
 MinJobAge=3600
 KillWait=2
@@ -107,7 +110,9 @@ up() {
     sleep 0.3
   done
   sinfo -h -o %T | grep -qE "$ready" || { log "node did not come up; see $DIR/log"; exit 1; }
-  log "up: $(sinfo -h -o '%P %D %T %c cpus')"
+  log "up: $(sinfo -h -o '%P %D %T %c cpus %m MB')"
+  log "launch grids here with hydra/launcher=slurm_dev, i.e. hydra/launcher=slurm hydra.launcher.partition=debug" \
+      "hydra.launcher.cpus_per_task=1 hydra.launcher.gpus_per_node=null hydra.launcher.mem_gb=null (no GPUs on this node)"
   echo "export SLURM_CONF=$CONF"
   echo "export PATH=$DIR/bin:\$PATH"
 }

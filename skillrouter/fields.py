@@ -19,6 +19,7 @@ in :mod:`skillrouter.rerank.scorers`), the SkillRouter release's ``flat-full`` /
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -111,3 +112,13 @@ class TextSpec:
 
 def render_pool(skills: list[Skill], mode: str, caps: Caps, oracle: Mapping[str, str] | None = None) -> list[str]:
     return [render_skill(s, mode, caps, oracle) for s in skills]
+
+
+def as_data(tag: str, text: str, reserved: tuple[str, ...] = (), **attrs: str) -> str:
+    """``text`` wrapped in ``<tag ...>`` / ``</tag>`` for an LLM prompt, with every tag of the prompt's
+    own structure inside it (``tag`` and ``reserved``) defused (``<`` -> ``&lt;``), so text from a
+    crawled skill can neither close its block nor forge another one: whatever it says stays data."""
+    names = "|".join(re.escape(t) for t in (tag, *reserved))
+    defused = re.sub(rf"<(\s*/?\s*(?:{names})\b)", r"&lt;\1", text, flags=re.IGNORECASE)
+    opening = " ".join([tag, *(f'{k}="{v}"' for k, v in attrs.items())])
+    return f"<{opening}>\n{defused}\n</{tag}>"

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, write_jsonl
+from .conftest import ROOT, reliability_row, write_jsonl
 
 pytestmark = pytest.mark.slurm
-SLURM_ARGS = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
-              "hydra.launcher.mem_gb=null", "hydra.launcher.gpus_per_node=null", "hydra.launcher.timeout_min=20"]
+SLURM_ARGS = ["hydra/launcher=slurm_dev"]  # the profile scripts/slurm_cluster.sh prints for this cluster
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +37,10 @@ def slurm_env():
         subprocess.run([*script, "down"], capture_output=True)
 
 
-def launch(env, sweep: Path, cache: Path, *overrides: str, slurm: bool = True, wait: bool = True):
+def launch(env, sweep: Path, cache: Path, *overrides: str, slurm: bool | list[str] = True, wait: bool = True):
+    launcher = slurm if isinstance(slurm, list) else SLURM_ARGS if slurm else []
     args = [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep}", f"cache_dir={cache}",
-            "progress=false", "data=tiny", *(SLURM_ARGS if slurm else []), *overrides]
+            "progress=false", "data=tiny", *launcher, *overrides]
     if not wait:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -85,41 +85,108 @@ def _scontrol_jobs(env) -> list[dict[str, str]]:
     return [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in out.splitlines() if "JobId=" in line]
 
 
-def test_preempted_training_cell_is_requeued_and_resumes(slurm_env, tmp_path):
-    """Requeue (SLURM's preemption) a cell mid-training: it restarts, resumes from its checkpoint and
-    ends with the metrics of an uninterrupted run."""
-    train = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=2")
-    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *train, wait=False)
-    work_root = tmp_path / "cache" / "train_encoder"
-    deadline, requeued = time.time() + 600, None
-    while time.time() < deadline and requeued is None:
-        if list(work_root.glob("*.work/step-*/state.json")):
-            running = [j for j in _scontrol_jobs(slurm_env) if j.get("JobState") == "RUNNING"]
-            if running:
-                requeued = running[0]["JobId"]
-                subprocess.run(["scontrol", "requeue", requeued], env=slurm_env, check=True)
-                # SLURM holds a requeued job ~2 min before it may start; once it is pending
-                # again, an operator's `StartTime=now` skips the wait
-                for _ in range(300):
-                    job = next((j for j in _scontrol_jobs(slurm_env) if j["JobId"] == requeued), {})
-                    if job.get("JobState") == "PENDING":
-                        subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], env=slurm_env,
-                                       capture_output=True)
-                    elif job.get("JobState") == "RUNNING" and job.get("Restarts", "0") != "0":
-                        break
-                    time.sleep(0.2)
+TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=2")
+
+
+def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
+    """Once training has written a checkpoint, ``interrupt(job_id)`` the running job; then, while it is
+    pending again, let it start at once (SLURM holds a requeued job ~2 min otherwise). Its job id."""
+    work_root = cache / "train_encoder"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        running = [j for j in _scontrol_jobs(env) if j.get("JobState") == "RUNNING"]
+        if list(work_root.glob("*.work/step-*/state.json")) and running:
+            job = running[0]["JobId"]
+            interrupt(job)
+            for _ in range(600):
+                info = next((j for j in _scontrol_jobs(env) if j["JobId"] == job), {})
+                if info.get("JobState") == "PENDING":
+                    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, capture_output=True)
+                elif info.get("JobState") == "RUNNING" and info.get("Restarts", "0") != "0":
+                    return job
+                time.sleep(0.2)
+            return job
         time.sleep(0.2)
-    out, _ = proc.communicate(timeout=900)
-    assert requeued, "training never reached a checkpoint"
-    assert proc.returncode == 0, out[-3000:]
+    return None
+
+
+def _resumed_equals_uninterrupted(env, tmp_path: Path, out: str) -> dict:
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "grid").rglob("*.log*"))
     logs += "".join(p.read_text(errors="replace") for p in (tmp_path / "grid" / ".submitit").rglob("*_log.*"))
     assert "resuming from" in logs
     resumed = json.loads(next((tmp_path / "grid").glob("*/metrics.json")).read_text())
-    ref = launch(slurm_env, tmp_path / "ref", tmp_path / "refcache", *train, slurm=False)
+    ref = launch(env, tmp_path / "ref", tmp_path / "refcache", *TRAIN, slurm=False)
     assert ref.returncode == 0, ref.stderr[-2000:]
     reference = json.loads(next((tmp_path / "ref").glob("*/metrics.json")).read_text())
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6)
+    return resumed
+
+
+def test_preempted_training_cell_is_requeued_and_resumes(slurm_env, tmp_path):
+    """Requeue (SLURM's preemption) a cell mid-training: it restarts, resumes from its checkpoint and
+    ends with the metrics of an uninterrupted run."""
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False)
+    requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache",
+                                       lambda job: subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True))
+    out, _ = proc.communicate(timeout=900)
+    assert requeued, "training never reached a checkpoint"
+    assert proc.returncode == 0, out[-3000:]
+    _resumed_equals_uninterrupted(slurm_env, tmp_path, out)
+
+
+def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
+    """The node is set DOWN while a training cell runs: SLURM requeues it, the node returns, the cell
+    resumes from its checkpoint and ends with the metrics of an uninterrupted run."""
+    node = _sinfo_node(slurm_env)
+    t0 = time.perf_counter()
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False)
+
+    def node_down(job: str) -> None:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], env=slurm_env,
+                       check=True)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=slurm_env, capture_output=True)
+
+    requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache", node_down)
+    out, _ = proc.communicate(timeout=900)
+    assert requeued, "training never reached a checkpoint"
+    assert proc.returncode == 0, out[-3000:]
+    recovery = time.perf_counter() - t0
+    _resumed_equals_uninterrupted(slurm_env, tmp_path, out)
+    reliability_row("the SLURM node set DOWN while a training cell runs",
+                    "SLURM requeued the job; on restart it resumed training from its last checkpoint",
+                    "nothing (metrics equal an uninterrupted run; the steps before the checkpoint were not redone)",
+                    recovery)
+
+
+def _sinfo_node(env) -> str:
+    return subprocess.run(["sinfo", "-h", "-o", "%n"], env=env, capture_output=True, text=True).stdout.split()[0]
+
+
+def test_cell_over_its_memory_limit_is_recorded_failed_and_the_grid_finishes(slurm_env, tmp_path):
+    """The MiniLM cell holds 1.5 GB more than its 1 GB --mem: SLURM kills it; the grid records it as
+    failed with SLURM's reason and the BM25 cell finishes."""
+    env = dict(slurm_env, SKILLROUTER_FAULT="lock_acquired@embed_pool:hog=1500")
+    t0 = time.perf_counter()
+    proc = launch(env, tmp_path / "grid", tmp_path / "cache", "encoder=bm25,minilm", "hydra.launcher.mem_gb=1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    runs = {json.loads(f.read_text())["choices"]["encoder"]: json.loads(f.read_text()) for f in (tmp_path / "grid").glob("*/metrics.json")}
+    assert runs["bm25"]["status"] == "completed" and runs["minilm"]["status"] == "failed"
+    assert "Exceeded job memory limit" in runs["minilm"]["error"] or "memory" in runs["minilm"]["error"].lower()
+    assert "2 cells: 1 completed, 1 failed" in proc.stdout
+    reliability_row("a cell over its SLURM --mem limit", f"SLURM killed the job; the grid recorded the cell as failed "
+                    f"({runs['minilm']['error'][:80]}...) and finished the other cell",
+                    "nothing but the failed cell (its lock was taken over by the next run)", time.perf_counter() - t0)
+
+
+def test_a_refused_submission_is_one_line_with_the_fix(slurm_env, tmp_path):
+    """The default profile asks the MiniLM cell for a GPU this cluster does not have: one line names the
+    cell, SLURM's reason and the override that fixes it; nothing stays queued."""
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", "encoder=bm25,minilm", slurm=["hydra/launcher=slurm"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("skillrouter: SLURM refused cell #1 (encoder=minilm")
+    assert "Invalid generic resource (gres) specification" in line and "hydra.launcher.gpus_per_node=null" in line
+    assert not subprocess.run(["squeue", "-h"], env=slurm_env, capture_output=True, text=True).stdout.strip()
 
 
 def test_two_grids_at_once_over_one_cache(slurm_env, tmp_path):

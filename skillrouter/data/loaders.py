@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -58,6 +59,17 @@ def str_field(rec: dict, key: str, path: str, where: int | str, *, required: boo
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_id(value: str, path: str, where: int | str, key: str) -> str:
+    """Ids are arbitrary strings (``../x`` included: they are never used as paths) but never hold
+    control characters such as NUL, which break every tool downstream of a run directory."""
+    if _CONTROL.search(value):
+        raise DataError(path, where, key, f"id {value!r} holds a control character")
+    return value
+
+
 def id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool) -> tuple[str, ...]:
     value = rec.get(key)
     if value is None:
@@ -66,7 +78,7 @@ def id_list(rec: dict, key: str, path: str, where: int | str, *, required: bool)
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise DataError(path, where, key, "expected a list of non-empty skill-id strings")
-    return tuple(dict.fromkeys(value))
+    return tuple(dict.fromkeys(check_id(v, path, where, key) for v in value))
 
 
 def make_skill(rec: dict, path: str, where: int | str, max_field_chars: int, report: LoadReport) -> Skill:
@@ -74,6 +86,7 @@ def make_skill(rec: dict, path: str, where: int | str, max_field_chars: int, rep
     verbatim). Overlong fields are truncated (and counted): no stage reads past a few thousand
     characters, and a 50 MB body must not exhaust memory downstream."""
     values = {k: str_field(rec, k, path, where, required=k in ("id", "name")) for k in SKILL_FIELDS}
+    check_id(values["id"], path, where, "id")
     for key in ("description", "body"):
         if len(values[key]) > max_field_chars:
             report.count(f"{key}: truncated to {max_field_chars} chars", f"{path}:{where} ({values['id']})")
@@ -217,6 +230,7 @@ def make_query(
 ) -> Query:
     if not text.strip():
         raise DataError(path, where, text_field, "empty query text")
+    check_id(qid, path, where, "id")
     gt = core_gt if core_gt is not None else all_gt
     if not all_gt:
         raise DataError(path, where, gt_field, "no ground-truth skill ids")

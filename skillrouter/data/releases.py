@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .jsonl import read_jsonl
-from .loaders import ErrorPolicy, check_ground_truth, collect_unique, id_list, load_pool_r3, load_r3_queries, make_skill, str_field
+from .loaders import ErrorPolicy, check_ground_truth, check_id, collect_unique, id_list, load_pool_r3, load_r3_queries, make_skill, str_field
 from .types import DataError, Dataset, LoadReport, Query, Skill
 
 SKILLROUTER_TIERS = ("easy", "hard")
@@ -102,7 +102,7 @@ def read_skillrouter_tasks(root: str | Path, pool_ids: set[str], policy: ErrorPo
     def records():
         for lineno, rec in read_jsonl(tasks_path):
             def build(rec=rec, lineno=lineno):
-                qid = str_field(rec, "task_id", tasks_path, lineno, required=True)
+                qid = check_id(str_field(rec, "task_id", tasks_path, lineno, required=True), tasks_path, lineno, "task_id")
                 text = str_field(rec, "instruction_text", tasks_path, lineno, required=True)
                 rel = relevance.get(qid)
                 if not isinstance(rel, dict):
