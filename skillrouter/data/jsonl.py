@@ -66,6 +66,8 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     record = json.loads(text)
                 except json.JSONDecodeError as exc:
                     raise DataError(str(path), lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                except RecursionError:
+                    raise DataError(str(path), lineno, None, "invalid JSON (nested too deeply)") from None
                 if not isinstance(record, dict):
                     raise DataError(str(path), lineno, None, f"expected a JSON object, got {type(record).__name__}")
                 if bad_bytes:

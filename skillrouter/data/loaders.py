@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -181,7 +182,7 @@ def parse_skill_md(path: Path, root: Path, max_field_chars: int, report: LoadRep
         "name": meta["name"].strip() if isinstance(meta.get("name"), str) else None,
         "description": (desc if isinstance(desc, str) else ("" if desc is None else str(desc))).strip(),
         "body": body,
-        **{k: v for k, v in meta.items() if k not in ("name", "description")},
+        **{str(k): json.loads(json.dumps(v, default=str)) for k, v in meta.items() if k not in ("name", "description")},
     }
     return make_skill(record, str(path), "front matter" if record["name"] is None else 1, max_field_chars, report)
 
@@ -216,10 +217,15 @@ def load_pool(path: str | Path, fmt: str, policy: ErrorPolicy, max_field_chars: 
 
 # ----------------------------------------------------------------------------- queries
 
-def _grades(rec: dict, path: str, where: int | str) -> dict[str, float]:
-    grades = rec.get("grades") or {}
-    if not isinstance(grades, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in grades.values()):
-        raise DataError(path, where, "grades", "expected an object {skill_id: number}")
+def is_number(value: Any) -> bool:
+    """A finite int or float (JSON's NaN and Infinity would poison every mean)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def grades_field(rec: dict, path: str, where: int | str, key: str = "grades") -> dict[str, float]:
+    grades = rec.get(key) or {}
+    if not isinstance(grades, dict) or not all(is_number(v) for v in grades.values()):
+        raise DataError(path, where, key, "expected an object {skill_id: finite number}")
     return {str(k): float(v) for k, v in grades.items()}
 
 
@@ -269,7 +275,7 @@ def load_benchmark_jsonl(path: str | Path, policy: ErrorPolicy) -> list[Query]:
                 all_gt = id_list(rec, "gt", path, lineno, required=True)
                 core = id_list(rec, "core_gt", path, lineno, required=False) if "core_gt" in rec else None
                 tags = {k: v for k, v in rec.items() if isinstance(v, str) and k not in ("id", "query")}
-                return make_query(path, lineno, qid, text, all_gt, core, grades=_grades(rec, path, lineno),
+                return make_query(path, lineno, qid, text, all_gt, core, grades=grades_field(rec, path, lineno),
                                   skip=id_list(rec, "skip", path, lineno, required=False), tags=tags)
             yield path, lineno, build
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .jsonl import read_jsonl
-from .loaders import ErrorPolicy, check_ground_truth, check_id, collect_unique, id_list, load_pool_r3, load_r3_queries, make_skill, str_field
+from .loaders import (ErrorPolicy, check_ground_truth, check_id, collect_unique, grades_field, id_list, load_pool_r3,
+                      load_r3_queries, make_skill, str_field)
 from .types import DataError, Dataset, LoadReport, Query, Skill
 
 SKILLROUTER_TIERS = ("easy", "hard")
@@ -26,6 +27,8 @@ def _read_json(path: Path) -> Any:
         raise DataError(str(path), None, None, "file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(str(path), None, None, f"invalid JSON ({exc})") from None
+    except RecursionError:
+        raise DataError(str(path), None, None, "invalid JSON (nested too deeply)") from None
 
 
 def _shard_skill(rec: dict, path: str, lineno: int, max_field_chars: int, report: LoadReport) -> Skill:
@@ -110,15 +113,12 @@ def read_skillrouter_tasks(root: str | Path, pool_ids: set[str], policy: ErrorPo
                 task_type = rel.get("task_type")
                 if task_type not in TASK_TYPES:
                     raise DataError(str(rel_path), qid, "task_type", f"expected one of {TASK_TYPES}, got {task_type!r}")
-                grades = rel.get("relevance", {})
-                if not isinstance(grades, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                          for v in grades.values()):
-                    raise DataError(str(rel_path), qid, "relevance", "expected an object {skill_id: grade}")
+                grades = grades_field(rel, str(rel_path), qid, "relevance")
                 core = _core_gt(rel, str(rel_path), qid)
                 all_gt = id_list(rel, "gt_skill_ids", str(rel_path), qid, required=False) or core
                 tags = {"task_type": task_type, **({"domain": rec["domain"]} if isinstance(rec.get("domain"), str) else {})}
                 return Query(id=qid, text=text, gt=tuple(g for g in core if g in pool_ids), all_gt=all_gt,
-                             grades={str(k): float(v) for k, v in grades.items() if k in pool_ids}, tags=tags)
+                             grades={k: v for k, v in grades.items() if k in pool_ids}, tags=tags)
             yield tasks_path, lineno, build
 
     out = []

@@ -13,6 +13,7 @@ class DataError(ValueError):
     """
 
     def __init__(self, path: str, where: int | str | None, field_name: str | None, message: str):
+        message = " ".join(message.split())  # one line, whatever a parser's own message looked like
         self.path, self.where, self.field, self.reason = str(path), where, field_name, message
         loc = self.path if where is None else f"{self.path}:{where}"
         what = f" field '{field_name}':" if field_name else ""
