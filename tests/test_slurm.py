@@ -88,9 +88,15 @@ def _scontrol_jobs(env) -> list[dict[str, str]]:
 TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=2")
 
 
+def _job_processes_gone(env, job: str) -> bool:
+    out = subprocess.run(["scontrol", "listpids", job], env=env, capture_output=True, text=True).stdout
+    return not [line for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+
+
 def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
-    """Once training has written a checkpoint, ``interrupt(job_id)`` the running job; then, while it is
-    pending again, let it start at once (SLURM holds a requeued job ~2 min otherwise). Its job id."""
+    """Once training has written a checkpoint, ``interrupt(job_id)`` the running job; then, once it is
+    pending again and its old processes are gone (else slurmd sees a duplicate and drains the node),
+    let it start at once (SLURM holds a requeued job ~2 min otherwise). Its job id."""
     work_root = cache / "train_encoder"
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -98,9 +104,14 @@ def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
         if list(work_root.glob("*.work/step-*/state.json")) and running:
             job = running[0]["JobId"]
             interrupt(job)
-            for _ in range(600):
+            for _ in range(900):
                 info = next((j for j in _scontrol_jobs(env) if j["JobId"] == job), {})
-                if info.get("JobState") == "PENDING":
+                if info.get("JobState") == "PENDING" and _job_processes_gone(env, job):
+                    if _node_state(env) not in ("idle", "mixed", "allocated"):
+                        subprocess.run(["scontrol", "update", f"nodename={_sinfo_node(env)}", "state=resume"], env=env,
+                                       capture_output=True)
+                    if "held" in info.get("Reason", "").lower():
+                        subprocess.run(["scontrol", "release", job], env=env, capture_output=True)
                     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, capture_output=True)
                 elif info.get("JobState") == "RUNNING" and info.get("Restarts", "0") != "0":
                     return job
@@ -108,6 +119,10 @@ def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
             return job
         time.sleep(0.2)
     return None
+
+
+def _node_state(env) -> str:
+    return subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout.strip().rstrip("*")
 
 
 def _resumed_equals_uninterrupted(env, tmp_path: Path, out: str) -> dict:
@@ -144,7 +159,10 @@ def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
     def node_down(job: str) -> None:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], env=slurm_env,
                        check=True)
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=slurm_env, capture_output=True)
+        # as an operator would: keep it out of service until the dead job's processes are gone, else SLURM
+        # relaunches the requeued job next to them and drains the node
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=fault-injection"], env=slurm_env,
+                       capture_output=True)
 
     requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache", node_down)
     out, _ = proc.communicate(timeout=900)

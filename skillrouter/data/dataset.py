@@ -2,13 +2,14 @@
 from a released benchmark, as a ``data`` config slice names it."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from .loaders import ErrorPolicy, check_ground_truth, load_pool, load_queries
+from .loaders import ErrorPolicy, check_ground_truth, is_number, load_pool, load_queries
 from .releases import load_r3_skill, load_skillrouter_core
-from .types import DataError, Dataset, LoadReport, Skill
+from .types import DataError, Dataset, LoadReport, Query, Skill
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,13 @@ def load_dataset(
     on_error: str = "raise",
     max_field_chars: int = 200_000,
 ) -> Dataset:
-    """Load pool (+ distractors for the Hard tier) and queries, then validate ids across them."""
+    """Load pool (+ distractors for the Hard tier) and queries, then validate ids across them.
+
+    A distractor that is a degraded variant of a GT skill (``"variant_of": id, "grade": g``, as
+    ``gen_distractors`` writes them) becomes a graded gain of every query with that GT, as the
+    SkillRouter release grades its ``degraded/`` ids; such a query's GT gains are put on the release's
+    scale (3) when it had none.
+    """
     report = LoadReport()
     policy = ErrorPolicy(on_error, report)
     skills: list[Skill] = load_pool(pool, pool_format, policy, max_field_chars)
@@ -40,6 +47,7 @@ def load_dataset(
                 continue
             skills.append(s)
             added.add(s.id)
+        qs = grade_variants(qs, [s for s in extra if s.id in added], policy, str(distractors))
     qs = check_ground_truth(qs, {s.id for s in skills}, policy, str(queries))
     if not qs:
         raise DataError(str(queries), None, None, "no query left to evaluate after validation")
@@ -47,6 +55,25 @@ def load_dataset(
         log.warning("data: %s", ", ".join(f"{n} x {r}" for r, n in sorted(report.skipped.items())))
     log.info("data: %d skills, %d queries", len(skills), len(qs))
     return Dataset(skills=skills, queries=qs, report=report, distractor_ids=frozenset(added))
+
+
+def grade_variants(queries: list[Query], distractors: list[Skill], policy: ErrorPolicy, source: str) -> list[Query]:
+    variants: dict[str, dict[str, float]] = {}
+    for d in distractors:
+        if "variant_of" not in d.extra:
+            continue
+        grade = d.extra.get("grade", 1)
+        if not is_number(grade) or not isinstance(d.extra["variant_of"], str):
+            policy.bad(DataError(source, f"skill {d.id}", "grade", "a variant needs a string variant_of and a numeric grade"))
+            continue
+        variants.setdefault(d.extra["variant_of"], {})[d.id] = float(grade)
+    out = []
+    for q in queries:
+        extra = {v: g for gt in q.gt for v, g in variants.get(gt, {}).items()}
+        if extra:
+            q = dataclasses.replace(q, grades={**(q.grades or {g: 3.0 for g in q.gt}), **extra})
+        out.append(q)
+    return out
 
 
 DATA_SOURCES = ("files", "skillrouter_core", "r3_skill")

@@ -21,7 +21,7 @@ from ..data import DataError
 from ..rankings import Ranking, read_external, write_predictions, write_rankings
 from ..data.jsonl import atomic_write_json
 from ..pipeline.cache import StageCache
-from ..pipeline.cell_data import load_cell_dataset, resolved_data
+from ..pipeline.cell_data import CellData
 from ..pipeline.run import run_cell, score_rankings
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,8 @@ CHOICE_KEYS = ("data", "tier", "eval")
 
 
 def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    cache, keep = StageCache(cfg.cache_dir), lambda name, rec: rec
-    data = resolved_data(cfg, cache, str(run_dir), keep)
-    dataset = load_cell_dataset(data, cfg.tier, cache, str(run_dir), keep)
+    data = CellData(cfg, StageCache(cfg.cache_dir), str(run_dir), lambda name, rec: rec)
+    dataset = data.dataset()
     predicted, unmatched = read_external(cfg.predictions, dataset.queries)
     missing = [q for q in dataset.queries if q.id not in predicted]
     if missing:
@@ -45,7 +44,7 @@ def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple
     ordered = [Ranking(q.id, predicted.get(q.id, []), [0.0] * len(predicted.get(q.id, []))) for q in dataset.queries]
     write_rankings(run_dir / "rankings.jsonl", ordered)
     write_predictions(run_dir / "predictions.json", ordered)
-    result, rows = score_rankings(cfg, dataset, ordered, choices, data)
+    result, rows = score_rankings(cfg, dataset, ordered, choices, data.data)
     result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
                              "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
     result["stages"] = {}

@@ -335,6 +335,20 @@ class StageCache:
         log.info("stage %-16s %s %s (%.1fs)", stage, key, "reused" if cached else "built", seconds)
         return StageRecord(key=key, cached=cached, seconds=round(seconds, 3), path=str(final))
 
+    def get_or_build_resumable(self, stage: str, params: dict[str, Any], inputs: list[str],
+                               build: Callable[[Path, Path], dict[str, Any] | None], *, code: Sequence[ModuleType] = (),
+                               user: str | None = None) -> StageRecord:
+        """:meth:`get_or_build` for long builds that keep progress in ``<stage>/<key>.work/`` (training
+        checkpoints, an LLM request log): a killed build resumes from it; it is removed on publication."""
+        work = self.root / stage / f"{self.key(stage, 1, params, inputs, code)}.work"
+
+        def run(out: Path) -> dict[str, Any] | None:
+            extra = build(out, work)
+            shutil.rmtree(work, ignore_errors=True)
+            return extra
+
+        return self.get_or_build(stage, 1, params, inputs, run, code=code, user=user)
+
     def _build(self, stage: str, key: str, params: dict, inputs: list[str], final: Path,
                build: Callable[[Path], dict[str, Any] | None]) -> bool:
         """Build into a temporary folder and publish it; False when another process published the same

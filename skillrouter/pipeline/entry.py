@@ -11,6 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..data import DataError
+from ..synth.client import LLMUnavailable
 from .cache import StageWriteError
 from .run import run_cell
 
@@ -34,10 +35,11 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         group = Path(hc.sweep.dir).name if multirun else "single"
         return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
-    except (DataError, StageWriteError) as err:
+    except (DataError, StageWriteError, LLMUnavailable) as err:
         if multirun:
             return None
-        print(f"skillrouter: {'data' if isinstance(err, DataError) else 'write'} error: {err}", file=sys.stderr)
+        kind = {DataError: "data error", StageWriteError: "write error", LLMUnavailable: "no LLM"}[type(err)]
+        print(f"skillrouter: {kind}: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception:
         if multirun:

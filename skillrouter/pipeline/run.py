@@ -32,7 +32,7 @@ from ..train.pairs import TrainExample, load_pairs
 from . import stages
 from .cache import StageCache, StageRecord, record_dict, texts_fingerprint
 from ..tracking import make_tracker
-from .cell_data import load_cell_dataset, load_oracle, resolved_data
+from .cell_data import CellData
 from .provenance import provenance
 from .shards import ShardPlan
 from .train_stages import EncoderTraining, train_encoder_stage, train_queries, train_reranker_stage
@@ -140,11 +140,12 @@ def base_retriever(ctx: CellContext, enc: DictConfig, ids: list[str], texts: lis
     raise ValueError(f"encoder.kind must be bm25, dense or trained, got {enc.kind!r}")
 
 
-def training_examples(ctx: CellContext, dataset: Dataset, paths: dict[str, Any]) -> list[TrainExample]:
-    if not paths.get("train_pairs"):
+def training_examples(ctx: CellContext, dataset: Dataset, data: CellData) -> list[TrainExample]:
+    pairs = data.file("train_pairs")
+    if not pairs:
         raise DataError("config", None, "data.train_pairs", "training needs a pairs JSONL ({query, skill_id(s)})")
     benchmark = {g for q in dataset.queries for g in q.all_gt}
-    return load_pairs(paths["train_pairs"], {s.id for s in dataset.skills}, benchmark,
+    return load_pairs(pairs, {s.id for s in dataset.skills}, benchmark,
                       ErrorPolicy(ctx.cfg.data.on_error, dataset.report))
 
 
@@ -154,12 +155,12 @@ def render_encoder_pool(cfg: DictConfig, skills: list[Skill], oracle: dict[str, 
 
 
 def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None,
-                    paths: dict[str, Any]) -> StageRecord:
+                    data: CellData) -> StageRecord:
     """Mine negatives with the base encoder and BM25 over the training pool, filter them, fine-tune."""
     cfg, enc = ctx.cfg, ctx.cfg.encoder
     if enc.base.kind != "dense":
         raise ValueError("encoder=trained needs a dense encoder.base")
-    examples = training_examples(ctx, dataset, paths)
+    examples = training_examples(ctx, dataset, data)
     tq = train_queries(examples)
     pool = dataset.training_pool()
     ids, texts = render_encoder_pool(cfg, pool, oracle)
@@ -185,12 +186,12 @@ def trained_encoder(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] |
 
 
 def prepare_retriever(ctx: CellContext, dataset: Dataset, skills: list[Skill], oracle: dict[str, str] | None,
-                      paths: dict[str, Any], stage_name: str = "embed_pool") -> Retriever:
+                      data: CellData, stage_name: str = "embed_pool") -> Retriever:
     """The cell's first-stage retriever over ``skills`` (fine-tuning the encoder first if asked)."""
     cfg = ctx.cfg
     ids, texts = render_encoder_pool(cfg, skills, oracle)
     if cfg.encoder.kind == "trained":
-        rec = trained_encoder(ctx, dataset, oracle, paths)
+        rec = trained_encoder(ctx, dataset, oracle, data)
         return dense_retriever(ctx, cfg.encoder.base, ids, texts, stage_name, model_path=str(Path(rec.path) / "model"),
                                model_key=rec.key)
     return base_retriever(ctx, cfg.encoder, ids, texts, stage_name)
@@ -203,17 +204,17 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
 
 
 def rerank(ctx: CellContext, dataset: Dataset, oracle: dict[str, str] | None, rankings: dict[str, Ranking],
-           paths: dict[str, Any]) -> dict[str, Ranking]:
+           data: CellData) -> dict[str, Ranking]:
     """Reorder each query's top ``topk`` with the configured reranker (trained here if asked)."""
     cfg, rr = ctx.cfg, ctx.cfg.reranker
     text = reranker_text(cfg)
     texts = {s.id: text.skill(s, oracle) for s in dataset.skills}
     model_key, model_path = "pretrained", None
     if rr.kind == "trained":
-        examples = training_examples(ctx, dataset, paths)
+        examples = training_examples(ctx, dataset, data)
         tq = train_queries(examples)
         pool = dataset.training_pool()
-        retriever = prepare_retriever(ctx, dataset, pool, oracle, paths, "embed_pool_train")
+        retriever = prepare_retriever(ctx, dataset, pool, oracle, data, "embed_pool_train")
         cands = retriever.retrieve(ctx, tq, rr.candidates)
         ctx.record("reranker_candidates", cands)
         cand_rankings = stages.load_stage_rankings(cands)
@@ -255,9 +256,9 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     """Run one cell end to end; return the ``metrics.json`` payload and the per-query metrics."""
     ctx = CellContext(cfg, run_dir)
     t0 = time.perf_counter()
-    data = resolved_data(cfg, ctx.cache, ctx.user, ctx.record)
-    dataset = load_cell_dataset(data, cfg.tier, ctx.cache, ctx.user, ctx.record)
-    oracle = load_oracle(cfg, data)
+    data = CellData(cfg, ctx.cache, ctx.user, ctx.record)
+    dataset = data.dataset()
+    oracle = data.oracle()
     atomic_write_json(run_dir / "rendered_examples.json", rendered_examples(cfg, dataset, oracle))
     retriever = prepare_retriever(ctx, dataset, dataset.skills, oracle, data)
     ctx.record("retrieve", retriever.retrieve(ctx, dataset.queries, cfg.retrieve_k))
@@ -267,10 +268,11 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
     write_rankings(run_dir / "rankings.jsonl", ordered)
     write_predictions(run_dir / "predictions.json", ordered)
-    result, rows = score_rankings(cfg, dataset, ordered, choices, data, timed=ctx.timed)
+    result, rows = score_rankings(cfg, dataset, ordered, choices, data.data, timed=ctx.timed)
     atomic_write_json(run_dir / "per_query.json", rows)
     result["stages"] = {name: record_dict(rec) for name, rec in ctx.stages.items()}
     result["cache"] = {"quarantined": ctx.cache.quarantined}
+    result["synth"] = data.synth.reports
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result, rows
 

@@ -1,10 +1,9 @@
 """Training stages: encoder fine-tuning (with mined, filtered hard negatives) and reranker
 fine-tuning. Both are cached like every stage, and both resume from their last checkpoint, kept
-under ``<cache>/<stage>/<key>.work/`` until the artifact is published."""
+under ``<cache>/<stage>/<key>.work/`` until the artifact is published (``get_or_build_resumable``)."""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,19 +35,6 @@ def train_queries(examples: list[TrainExample]) -> list[Query]:
 
 def examples_fingerprint(examples: list[TrainExample]) -> str:
     return texts_fingerprint([json.dumps(asdict(ex), sort_keys=True) for ex in examples])
-
-
-def _run_training(cache: StageCache, stage: str, params: dict, inputs: list[str], code: list, user: str, train_fn) -> StageRecord:
-    """Get-or-build a training artifact whose checkpoints survive a killed build."""
-    key = cache.key(stage, 1, params, inputs, code)
-    work = cache.root / stage / f"{key}.work"
-
-    def build(out: Path) -> dict[str, Any]:
-        extra = train_fn(out, work)
-        shutil.rmtree(work, ignore_errors=True)
-        return extra
-
-    return cache.get_or_build(stage, 1, params, inputs, build, code=code, user=user)
 
 
 @dataclass
@@ -87,8 +73,8 @@ def train_encoder_stage(cache: StageCache, setup: EncoderTraining, examples: lis
         return {"fn_filter": fn_report, "negatives": contributed, "n_examples": len(examples),
                 "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None}
 
-    return _run_training(cache, "train_encoder", params, inputs,
-                         TRAIN_CODE + [encoder_module, fn_filter_module, negatives_module], user, run)
+    return cache.get_or_build_resumable("train_encoder", params, inputs, run,
+                                        code=TRAIN_CODE + [encoder_module, fn_filter_module, negatives_module], user=user)
 
 
 def train_reranker_stage(cache: StageCache, spec: RerankerSpec, loss: dict[str, Any], cfg: TrainConfig, list_size: int,
@@ -104,4 +90,5 @@ def train_reranker_stage(cache: StageCache, spec: RerankerSpec, loss: dict[str, 
         (out / "loss_curve.json").write_text(json.dumps(losses))
         return {"n_lists": len(lists), "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None}
 
-    return _run_training(cache, "train_reranker", params, inputs, TRAIN_CODE + [reranker_module, scorers_module], user, run)
+    return cache.get_or_build_resumable("train_reranker", params, inputs, run,
+                                        code=TRAIN_CODE + [reranker_module, scorers_module], user=user)
