@@ -271,3 +271,21 @@ def test_config_is_frozen_at_launch(slurm_env, tmp_path):
     assert proc.returncode == 0, out[-2000:]
     run = next((tmp_path / "grid").glob("*/metrics.json")).parent
     assert json.loads((run / "provenance.json").read_text())["config"]["retrieve_k"] == 30
+
+
+def test_llm_server_runs_as_its_own_job_and_is_cancelled(slurm_env, tmp_path):
+    """llm=vllm with a stand-in server command (no GPU here): the server is a SLURM job, the grid's
+    cells generate through it, and the job is cancelled when the grid ends."""
+    stand_in = "'{python} -m skillrouter.synth.stub --host 0.0.0.0 --port {port}'"
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", "llm=vllm", f"llm.command={stand_in}", "llm.model=stand-in",
+                  "llm.slurm.gpus_per_node=null", "llm.slurm.partition=debug", "llm.slurm.cpus_per_task=1",
+                  "llm.slurm.mem_gb=1", "llm.startup_timeout_s=180", "synth=skillrouter", "encoder=trained", slurm=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    m = json.loads(next((tmp_path / "grid").glob("*/metrics.json")).read_text())
+    assert m["synth"]["gen_queries"]["made"] > 0 and m["synth"]["gen_queries"]["usage"]["requests"] > 0
+    assert "LLM server job" in proc.stdout + proc.stderr and "cancelled" in proc.stdout + proc.stderr
+    deadline = time.time() + 60
+    while time.time() < deadline and any(j.get("JobName") == "llm-server" and j.get("JobState") in ("RUNNING", "PENDING")
+                                         for j in _scontrol_jobs(slurm_env)):
+        time.sleep(0.5)
+    assert not [j for j in _scontrol_jobs(slurm_env) if j.get("JobName") == "llm-server" and j.get("JobState") == "RUNNING"]

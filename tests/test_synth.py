@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from skillrouter.data.types import Skill
+from skillrouter.report.synth import synth_table
 from skillrouter.synth import r3, stub
 from skillrouter.synth.client import LLMClient, LLMConfig, LLMUnavailable, Request
 from skillrouter.synth.skillrouter import cli_commands, leakage, stratified_sample
@@ -150,6 +151,9 @@ def test_generate_train_evaluate_easy_and_hard_then_reuse(tmp_path, monkeypatch)
     assert all(s["cached"] for r in rerun for s in r["synth"].values())
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
+    table = synth_table([tmp_path / "grid", tmp_path / "again"])
+    assert sorted(table["stage"]) == ["gen_distractors", "gen_queries"]  # one row per artifact, not per cell
+    assert (table["requests"] > 0).all() and table.loc[table["stage"] == "gen_queries", "retries"].item() > 0
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from .collect import collect
 from .figures import recall_figure
 from .render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
 from .reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
+from .synth import synth_table
 from .tables import TABLES, build_table, reranker_contribution
 
 
@@ -42,7 +43,9 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
         index += [md, f"Regenerate its runs: `python launch.py -m -cd sweeps -cn {spec.sweep}`", ""]
     plain = {"reranker_contribution": ("Reranker contribution (Hit@1 against the encoder alone)",
                                        reranker_contribution(on_data, base), []),
-             "reproduction": ("Paper vs ours", reproduction_table(runs), REPRODUCTION_NOTES)}
+             "reproduction": ("Paper vs ours", reproduction_table(runs), REPRODUCTION_NOTES),
+             "synth": ("Data synthesis: what each generation stage made, filtered and spent", synth_table(run_roots),
+                       ["One row per generated artifact (shared by every cell that used it); tokens as the server counted them."])}
     for name, (title, df, notes) in plain.items():
         write(f"{name}.csv", df.to_csv(index=False))
         write(f"{name}.tex", plain_to_latex(df, name, title, notes))
