@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export HF_HUB_OFFLINE := 1
 export WANDB_SILENT := true
 
-.PHONY: setup system-deps demo test bench report sweep
+.PHONY: setup system-deps demo test bench report sweep reliability
 setup: $(STAMP)
 
 system-deps:
@@ -26,9 +26,20 @@ test: setup system-deps
 	$(BIN)/python -m pytest -q
 
 bench: setup
+	$(BIN)/python benchmarks/load_pool.py
 	$(BIN)/python benchmarks/embed_throughput.py
+	$(BIN)/python benchmarks/pairs_scaling.py
+	$(BIN)/python benchmarks/shard_embedding.py
+	$(BIN)/python benchmarks/serving_latency.py --trained-reranker
+	$(BIN)/python benchmarks/grid_profile.py
+	$(BIN)/python benchmarks/cached_rerun.py
 	$(BIN)/python benchmarks/bm25_real_pool.py
 	$(BIN)/python benchmarks/grid_orchestration.py
+
+# make reliability : run the fault-injection suite and write its table to reports/reliability.md
+reliability: setup system-deps
+	SKILLROUTER_RELIABILITY_REPORT=reports/reliability.md $(BIN)/python -m pytest -q tests/test_faults.py \
+		tests/test_slurm.py -k "faults or node_down or memory"
 
 # make sweep NAME=encoder_results : run the grid behind one paper table (see sweeps/)
 sweep: setup
