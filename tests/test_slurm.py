@@ -289,3 +289,18 @@ def test_llm_server_runs_as_its_own_job_and_is_cancelled(slurm_env, tmp_path):
                                          for j in _scontrol_jobs(slurm_env)):
         time.sleep(0.5)
     assert not [j for j in _scontrol_jobs(slurm_env) if j.get("JobName") == "llm-server" and j.get("JobState") == "RUNNING"]
+
+
+def test_pool_embedding_as_a_slurm_job_array_of_shards(slurm_env, tmp_path):
+    """embed.shards=2 embed.launcher=slurm: two shard jobs on the cluster, merged; the cell scores what
+    an unsharded cell scores."""
+    sharded = launch(slurm_env, tmp_path / "sharded", tmp_path / "c1", "encoder=minilm", "embed.shards=2",
+                     "embed.launcher=slurm", "embed.slurm.partition=debug", slurm=False)
+    assert sharded.returncode == 0, sharded.stdout[-2000:] + sharded.stderr[-2000:]
+    plain = launch(slurm_env, tmp_path / "plain", tmp_path / "c2", "encoder=minilm", slurm=False)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    a = json.loads(next((tmp_path / "sharded").glob("*/metrics.json")).read_text())
+    b = json.loads(next((tmp_path / "plain").glob("*/metrics.json")).read_text())
+    assert a["metrics"] == pytest.approx(b["metrics"], abs=1e-9)
+    assert len(list((tmp_path / "c1" / "embed_shard").glob("*/manifest.json"))) == 2
+    assert list((tmp_path / "c1" / "embed_shard" / ".submitit").iterdir()), "the shards ran as SLURM jobs"
