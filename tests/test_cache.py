@@ -5,7 +5,9 @@ import os
 import time
 from pathlib import Path
 
-from skillrouter.pipeline.cache import MANIFEST, FileLock, StageCache
+from skillrouter.pipeline.cache import StageCache
+from skillrouter.pipeline.integrity import MANIFEST
+from skillrouter.pipeline.locks import FileLock
 
 
 def _build_counter(counter: Path):

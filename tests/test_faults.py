@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrouter.pipeline.cache import MANIFEST, StageCache, entry_problem
+from skillrouter.pipeline.cache import StageCache
+from skillrouter.pipeline.integrity import MANIFEST, entry_problem
 
 from .conftest import ROOT, reliability_row
 

@@ -57,8 +57,8 @@ def fetch_r3_skill(dest: Path) -> None:
 RELEASES = {
     "skillrouter_core": Release(
         "skillrouter_core", "skillrouter-eval-core", fetch_skillrouter_core,
-        f"on a machine with internet: `python -m skillrouter.data.download skillrouter_core --dest DIR` (or the "
-        f"release's scripts/download_eval_data.sh), copy DIR here and pass data.root=DIR"),
+        "on a machine with internet: `python -m skillrouter.data.download skillrouter_core --dest DIR` (or the "
+        "release's scripts/download_eval_data.sh), copy DIR here and pass data.root=DIR"),
     "r3_skill": Release(
         "r3_skill", "r3-skill", fetch_r3_skill,
         "`git clone https://github.com/Tencent/R3-Skill DIR` (with git-lfs if its data is LFS-tracked) "

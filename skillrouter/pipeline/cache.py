@@ -21,7 +21,6 @@
 """
 from __future__ import annotations
 
-import errno
 import functools
 import hashlib
 import inspect
@@ -29,9 +28,7 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -41,65 +38,10 @@ from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..data.jsonl import atomic_write_json
+from .integrity import MANIFEST, WRITE_ERRNOS, StageWriteError, entry_problem, fault_point, file_table
+from .locks import FileLock
 
 log = logging.getLogger(__name__)
-MANIFEST = "manifest.json"
-NOT_CHECKSUMMED = (MANIFEST, "users.txt", ".verified")  # written after publication
-FAULT_ENV = "SKILLROUTER_FAULT"
-WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
-
-
-class StageWriteError(OSError):
-    """A stage could not write its artifact (disk full, file-size limit, read-only filesystem)."""
-
-    def __str__(self) -> str:
-        return self.strerror
-
-
-def fault_point(name: str, stage: str) -> None:
-    """The fault-injection hook: a no-op unless ``SKILLROUTER_FAULT`` (``point[@stage][:action]``)
-    names this point (and this stage)."""
-    where, _, action = os.environ.get(FAULT_ENV, "").partition(":")
-    point, _, only = where.partition("@")
-    if point != name or (only and only != stage):
-        return
-    if action.startswith("hog="):  # hold this much memory from here on (a cell over its --mem limit)
-        fault_point.ballast = b"\x01" * (int(action[4:]) * 2**20)  # type: ignore[attr-defined]  # filled: resident
-        return
-    os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
-
-
-def file_table(entry: Path) -> dict[str, dict[str, Any]]:
-    """``{relative path: {"size", "sha256"}}`` of an entry's files (what its manifest vouches for)."""
-    out = {}
-    for path in sorted(p for p in entry.rglob("*") if p.is_file()):
-        rel = path.relative_to(entry).as_posix()
-        if rel in NOT_CHECKSUMMED:
-            continue
-        with open(path, "rb") as fh:
-            out[rel] = {"size": path.stat().st_size, "sha256": hashlib.file_digest(fh, "sha256").hexdigest()}
-    return out
-
-
-def entry_problem(entry: Path, deep: bool) -> str | None:
-    """Why an entry cannot be trusted (sizes always, hashes when ``deep``), or None."""
-    try:
-        files = json.loads((entry / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "manifest unreadable or without checksums"
-    for rel, want in files.items():
-        path = entry / rel
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            return f"{rel}: missing"
-        if size != want["size"]:
-            return f"{rel}: {size} bytes, manifest says {want['size']}"
-        if deep:
-            with open(path, "rb") as fh:
-                if hashlib.file_digest(fh, "sha256").hexdigest() != want["sha256"]:
-                    return f"{rel}: content differs from its manifest checksum"
-    return None
 
 
 def stable_hash(obj: Any, n: int = 16) -> str:
@@ -158,100 +100,6 @@ class StageRecord:
     cached: bool
     seconds: float
     path: str
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class FileLock:
-    """Exclusive lock file with a heartbeat and stale-lock takeover (safe on shared filesystems)."""
-
-    def __init__(self, path: Path, stale_after: float = 300.0, poll: float = 0.5, heartbeat: float | None = None):
-        self.path, self.stale_after, self.poll = path, stale_after, poll
-        self.heartbeat = heartbeat if heartbeat is not None else min(30.0, stale_after / 4)
-        self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _try_create(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "token": self.token}, fh)
-        return True
-
-    def owned(self) -> bool:
-        """The lock file is still this holder's (not taken over while it was frozen)."""
-        try:
-            return json.loads(self.path.read_text() or "{}").get("token") == self.token
-        except (FileNotFoundError, json.JSONDecodeError):
-            return False
-
-    def _is_stale(self) -> bool:
-        """No heartbeat for ``stale_after`` seconds, or a holder on this host that no longer runs
-        (a killed or requeued job must not wait out the timeout on its own lock)."""
-        try:
-            if time.time() - self.path.stat().st_mtime > self.stale_after:
-                return True
-            holder = json.loads(self.path.read_text() or "{}")
-        except (FileNotFoundError, json.JSONDecodeError):
-            return False
-        return holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", 0)))
-
-    def acquire(self, on_wait: Callable[[], None] | None = None) -> None:
-        waited = False
-        while not self._try_create():
-            if self._is_stale():
-                log.warning("taking over stale lock %s", self.path)
-                # rename first so two waiters cannot both delete a fresh lock
-                aside = Path(f"{self.path}.stale-{uuid.uuid4().hex}")
-                try:
-                    os.replace(self.path, aside)
-                    aside.unlink()
-                except FileNotFoundError:
-                    pass
-                continue
-            if not waited and on_wait:
-                on_wait()
-            waited = True
-            time.sleep(self.poll)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat):
-            if not self.owned():
-                return
-            try:
-                os.utime(self.path)
-            except FileNotFoundError:
-                return
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        if self.owned():
-            self.path.unlink(missing_ok=True)
-
-    def __enter__(self) -> FileLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class StageCache:

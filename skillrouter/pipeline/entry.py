@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from ..data import DataError
 from ..synth.client import LLMUnavailable
-from .cache import StageWriteError
+from .integrity import StageWriteError
 from .run import run_cell
 
 log = logging.getLogger(__name__)
