@@ -198,7 +198,7 @@ def test_llm_judge_against_a_local_stub_server(monkeypatch):
         assert out.ids == ["b", "a", "c", "z"]
         path, auth, body = _StubLLM.seen[-1]
         assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "stub"
-        assert "[2] skill b" in body["messages"][0]["content"]
+        assert "<skill n=\"2\">\nskill b\n</skill>" in body["messages"][0]["content"]
         _StubLLM.answer = "I cannot decide"
         out = rerank_top_k(Ranking("q", ["a", "b", "c"], [3, 2, 1]), "task", 3, judge)
         assert out.ids == ["a", "b", "c"] and judge.failures == 1
