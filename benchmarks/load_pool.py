@@ -49,8 +49,9 @@ assert len(ds.skills) > 0
 def arm(code: str, args: list[str], pythonpath: Path | None = None) -> dict[str, float]:
     """Run one arm in a fresh process: its load time, its own peak RSS, and the process's wall time."""
     env = {**os.environ, **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, capture_output=True, text=True).stdout
+    t0 = time.perf_counter()  # cwd = the code's own tree: `python -c` puts the cwd first on sys.path
+    out = subprocess.run([sys.executable, "-c", code, *args], check=True, env=env, capture_output=True, text=True,
+                         cwd=pythonpath or ROOT).stdout
     return {**json.loads(out.strip().splitlines()[-1]), "process_wall_s": round(time.perf_counter() - t0, 2)}
 
 

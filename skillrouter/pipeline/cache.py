@@ -211,6 +211,7 @@ class StageCache:
                         "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
                         "host": socket.gethostname(), **extra, "files": file_table(tmp)}
             atomic_write_json(tmp / MANIFEST, manifest)
+            (tmp / ".verified").touch()  # its hashes were just computed: the next hashing is due after the age
             fault_point("tmp_complete", stage)
             return self._publish(tmp, final)
         except OSError as exc:
