@@ -198,3 +198,13 @@ def test_r3_synthesis_feeds_graded_reranker_training(tmp_path):
     assert report["judgements"]["write"] + report["judgements"]["skip"] == report["judgements"]["sets"]
     assert set(report["judgements"]["name_leaks_by_direction"]) == {"en-en", "en-zh", "zh-en", "zh-zh"}
     assert report["split"]["train_pairs"] > 0 and report["clusters"]["super_domains"] == 2
+
+
+@pytest.mark.slow
+def test_a_sweep_file_that_sets_the_llm_gets_its_server(tmp_path):
+    """`llm: stub` among a sweep file's sweeper params (sweeps/synth_demo.yaml) starts the grid's server."""
+    args = [sys.executable, str(ROOT / "launch.py"), "-m", "-cd", str(ROOT / "sweeps"), "-cn", "synth_demo", "data=tiny",
+            f"hydra.sweep.dir={tmp_path / 'grid'}", f"cache_dir={tmp_path / 'cache'}", "progress=false"]
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "2 cells: 2 completed" in proc.stdout

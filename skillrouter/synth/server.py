@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 URL_ENV = "SKILLROUTER_LLM_URL"
@@ -50,6 +50,21 @@ def run_server_job(command: str, address_file: str) -> int:
     return subprocess.call(command.format(port=port, python=sys.executable), shell=True)
 
 
+def grid_llm(config: DictConfig) -> DictConfig:
+    """The ``llm`` the grid's cells will run with, also when a sweep file sets it among its sweeper
+    params (the multirun's own config does not show those): one server per grid, so one ``llm`` value."""
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    if "llm" not in params:
+        return config.llm
+    values = [v.strip() for v in str(params["llm"]).split(",")]
+    if len(values) != 1:
+        raise ValueError(f"a grid runs one LLM server: sweep llm over separate grids, not llm={params['llm']}")
+    from hydra import compose
+
+    overrides = [o for o in config.hydra.overrides.task if not o.startswith("llm=")] + [f"llm={values[0]}"]
+    return compose(config_name=config.hydra.job.config_name, overrides=overrides).llm
+
+
 class LLMServerCallback(Callback):
     """Hydra callback: one server per run or grid (configured by the ``llm`` group)."""
 
@@ -61,7 +76,7 @@ class LLMServerCallback(Callback):
         self._start(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._start(config)
+        self._start(config, grid_llm(config))
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.stop()
@@ -69,8 +84,8 @@ class LLMServerCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.stop()
 
-    def _start(self, config: DictConfig) -> None:
-        llm = config.get("llm") or {}
+    def _start(self, config: DictConfig, llm: DictConfig | None = None) -> None:
+        llm = llm if llm is not None else config.get("llm") or {}
         kind = llm.get("server")
         if not kind or os.environ.get(URL_ENV):
             return
