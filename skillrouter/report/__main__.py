@@ -20,6 +20,9 @@ from .synth import synth_table
 from .tables import TABLES, build_table, reranker_contribution
 
 
+SYNTHETIC_DATA = ("builtin", "tiny")
+
+
 def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin") -> list[Path]:
     """Every report file from the runs under ``run_roots``; the paper tables use the runs on ``data``
     (the reproduction table picks each row's own data)."""
@@ -33,7 +36,11 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
         written.append(out / name)
 
     write("runs.csv", runs.to_csv(index=False, float_format="%.6f"))
-    index = ["# skillrouter reports", "", f"{len(runs)} runs collected ({int((runs['status'] == 'completed').sum())} completed).", ""]
+    index = ["# skillrouter reports", "", f"{len(runs)} runs collected ({int((runs['status'] == 'completed').sum())} completed); "
+             f"the paper tables use the runs on data={data}.", ""]
+    if data in SYNTHETIC_DATA:
+        index += ["The built-in data is a small synthetic format demo: these figures show the tables' format and the "
+                  "pipeline's plumbing, not model quality.", ""]
     for spec in TABLES:
         table = build_table(spec, on_data, base, with_significance=significance)
         write(f"{spec.name}.tex", to_latex(table))
