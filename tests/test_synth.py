@@ -208,3 +208,15 @@ def test_a_sweep_file_that_sets_the_llm_gets_its_server(tmp_path):
     proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "2 cells: 2 completed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_skillbench_supp_replaces_the_benchmark(tmp_path):
+    proc = launch(tmp_path, "llm=stub", "synth=skillrouter_supp", "data=tiny", "encoder=bm25", multirun=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    report = m["synth"]["supp"]
+    assert report["queries"]["made"] == m["n_queries"] > 0 and report["dedupe"]["judged_pairs"] > 0
+    assert m["data"]["config"]["queries"].endswith("queries.jsonl") and m["data"]["n_skills"] == report["dedupe"]["pool"]
+    queries = [json.loads(line) for line in Path(m["data"]["config"]["queries"]).read_text().splitlines()]
+    assert {q["difficulty"] for q in queries} <= {"easy", "hard"} and all(q["id"].startswith("supp/") for q in queries)
