@@ -18,6 +18,18 @@ def resolve_model(spec: str) -> str:
     return str(path.resolve()) if path.exists() else spec
 
 
+def respect_cpu_allocation() -> None:
+    """Use as many CPU threads as SLURM allocated (``SLURM_CPUS_PER_TASK``), not every core of the node:
+    without cgroups nothing else stops two 1-CPU jobs from each spreading over the whole node."""
+    import os
+
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if cpus and cpus.isdigit():
+        import torch
+
+        torch.set_num_threads(int(cpus))
+
+
 def device() -> str:
     import torch
 

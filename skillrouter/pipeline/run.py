@@ -21,6 +21,7 @@ from ..data.jsonl import atomic_write_json
 from ..data.loaders import ErrorPolicy
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..fields import Caps, TextSpec
+from ..models import respect_cpu_allocation
 from ..rankings import Ranking, write_predictions, write_rankings
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
 from ..rerank.scorers import RerankerSpec, make_scorer
@@ -28,10 +29,10 @@ from ..retrieval.dense import EncoderSpec
 from ..train.encoder import EncoderLoss
 from ..train.loop import TrainConfig
 from ..train.negatives import NegativeCounts
+from ..tracking import make_tracker
 from ..train.pairs import TrainExample, load_pairs
 from . import stages
 from .cache import StageCache, StageRecord, record_dict, texts_fingerprint
-from ..tracking import make_tracker
 from .cell_data import CellData
 from .provenance import provenance
 from .shards import ShardPlan
@@ -304,6 +305,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     """Run a cell (``evaluate``: a grid cell, or scoring an external prediction file) and record its
     status; failures are written, logged in one line and re-raised."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    respect_cpu_allocation()
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
     tracker = make_tracker(cfg)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..data.jsonl import atomic_write_json
+from ..models import respect_cpu_allocation
 from ..retrieval import dense as dense_module
 from ..retrieval.dense import EncoderSpec
 from .cache import StageCache, texts_fingerprint
@@ -94,6 +95,7 @@ def _run_slurm(task_files: list[Path], folder: Path, slurm: dict[str, Any]) -> N
 
 
 def _run_task_file(task_file: str) -> str:
+    respect_cpu_allocation()
     return build_shard(json.loads(Path(task_file).read_text()))
 
 
