@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, Timer, write_figures  # noqa: E402
+from _common import PERF, ROOT, SHARED_DATA, Timer, write_figures  # noqa: E402
 
 GRID = ["data=skillrouter_core", "tier=easy,hard", "encoder=bm25,minilm", "reranker=none,minilm_ce", "eval=skillrouter"]
 
@@ -43,16 +43,18 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
     figures = {"grid": " ".join(GRID)}
+    lines: list[str] = []
     for run in ("cold", "cached"):
         cmd = [sys.executable, str(ROOT / "launch.py"), "-m", *GRID, f"data.root={args.root.resolve()}",
                f"hydra.sweep.dir={tmp / run}", f"cache_dir={tmp / 'cache'}", "progress=false"]
         with Timer() as t:
             subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
         figures[run] = profile(tmp / run, t.seconds)
-        print(f"\n{run}: {t.seconds:.1f} s for {figures[run]['cells']} cells")
-        for name, row in figures[run]["stages"].items():
-            print(f"  {name:<50} {row['seconds']:>8.2f} s  {row['share']:>7}")
+        lines.append(f"{run}: {t.seconds:.1f} s for {figures[run]['cells']} cells")
+        lines += [f"  {name:<50} {row['seconds']:>8.2f} s  {row['share']:>7}" for name, row in figures[run]["stages"].items()]
     write_figures("grid_profile", figures, "python benchmarks/grid_profile.py " + " ".join(sys.argv[1:]))
+    (PERF / "grid_profile.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
