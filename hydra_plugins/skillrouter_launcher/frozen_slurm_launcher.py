@@ -132,7 +132,8 @@ class FrozenSlurmLauncher(SlurmLauncher):
             except submitit.core.utils.FailedJobError as exc:
                 for job in jobs.values():
                     job.cancel(check=False)
-                cells = [f"cell #{p[2]} ({' '.join(filter_overrides(p[0]))})" for p in job_params]
+                shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
+                cells = [f"cell #{p[2]} ({' '.join(o for o in filter_overrides(p[0]) if o not in shared)})" for p in job_params]
                 print(refusal_line(cells, str(exc)), file=sys.stderr)
                 sys.exit(2)
             for p, job in zip(job_params, submitted):
