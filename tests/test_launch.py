@@ -81,6 +81,9 @@ def test_a_failed_cell_does_not_stop_the_grid(tmp_path):
     statuses = sorted(json.loads(f.read_text())["status"] for f in (tmp_path / "grid").glob("*/metrics.json"))
     assert statuses == ["completed", "failed"]
     assert "2 cells: 1 completed, 1 failed" in proc.stdout and "field 'name': missing" in proc.stdout
+    failed_line = next(line for line in proc.stdout.splitlines() if "[   failed]" in line)
+    shared_line = next(line for line in proc.stdout.splitlines() if line.startswith("every cell: "))
+    assert f"data.pool={bad}" in failed_line and "data=jsonl" in shared_line and "data=jsonl" not in failed_line
 
 
 def test_wandb_offline_run_per_cell_and_no_key_leaks(tmp_path, monkeypatch):

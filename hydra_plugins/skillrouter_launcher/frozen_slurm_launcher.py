@@ -33,6 +33,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, se
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import DictConfig, OmegaConf, open_dict
+from skillrouter.pipeline.status import split_shared
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,8 @@ class FrozenSlurmLauncher(SlurmLauncher):
             except submitit.core.utils.FailedJobError as exc:
                 for job in jobs.values():
                     job.cancel(check=False)
-                shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
-                cells = [f"cell #{p[2]} ({' '.join(o for o in filter_overrides(p[0]) if o not in shared)})" for p in job_params]
+                _, labels = split_shared([filter_overrides(list(o)) for o in job_overrides])
+                cells = [f"cell #{p[2]} ({labels[p[2] - initial_job_idx]})" for p in job_params]
                 print(refusal_line(cells, str(exc)), file=sys.stderr)
                 sys.exit(2)
             for p, job in zip(job_params, submitted):

@@ -10,7 +10,9 @@ HEADLINE = ("hit@1", "mrr@10", "r@10")
 
 
 def run_dirs(sweep_dir: Path) -> list[Path]:
-    return sorted((p.parent for p in sweep_dir.rglob("status.json")), key=lambda p: str(p))
+    """Cell directories in job order (``#2`` before ``#10``)."""
+    dirs = (p.parent for p in sweep_dir.rglob("status.json"))
+    return sorted(dirs, key=lambda p: [int(part) if part.isdigit() else part for part in p.relative_to(sweep_dir).parts])
 
 
 def cell_status(run_dir: Path) -> dict[str, Any]:
@@ -20,7 +22,7 @@ def cell_status(run_dir: Path) -> dict[str, Any]:
     stages = data.get("stages", {})
     return {
         "run": str(run_dir), "status": data.get("status", "unknown"), "choices": data.get("choices", {}),
-        "error": data.get("error"), "metrics": {k: data.get("metrics", {}).get(k) for k in HEADLINE},
+        "error": data.get("error"), "overrides": cell_overrides(run_dir), "metrics": {k: data.get("metrics", {}).get(k) for k in HEADLINE},
         "stages_reused": sum(1 for s in stages.values() if s.get("cached")), "stages": len(stages),
         "seconds": data.get("seconds"),
     }
@@ -30,16 +32,37 @@ def grid_status(sweep_dir: Path) -> list[dict[str, Any]]:
     return [cell_status(d) for d in run_dirs(sweep_dir)]
 
 
+def cell_overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides Hydra recorded for the cell (``data.pool=...`` included, which choices lack)."""
+    recorded = run_dir / ".hydra" / "overrides.yaml"
+    if not recorded.exists():
+        return []
+    return [line[2:].strip() for line in recorded.read_text().splitlines() if line.startswith("- ")]
+
+
+def split_shared(settings: list[list[str]]) -> tuple[list[str], list[str]]:
+    """Settings every cell shares, and per cell what sets it apart, so a grid's lines stay readable."""
+    shared = set.intersection(*(set(s) for s in settings)) if len(settings) > 1 else set()
+    common = [s for s in settings[0] if s in shared] if settings else []
+    return common, [" ".join(s for s in cell if s not in shared) for cell in settings]
+
+
+def cell_labels(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    return split_shared([r["overrides"] or [f"{k}={v}" for k, v in sorted(r["choices"].items())] for r in rows])
+
+
 def format_status(rows: list[dict[str, Any]]) -> str:
     lines = [f"{len(rows)} cells: " + ", ".join(f"{sum(r['status'] == s for r in rows)} {s}"
                                                for s in sorted({r["status"] for r in rows}))]
     reused = sum(r["stages_reused"] for r in rows)
     lines.append(f"stages reused from cache: {reused} of {sum(r['stages'] for r in rows)}")
-    for r in rows:
-        cell = " ".join(f"{k}={v}" for k, v in sorted(r["choices"].items()))
+    common, labels = cell_labels(rows)
+    if common:
+        lines.append("every cell: " + " ".join(common))
+    for r, label in zip(rows, labels):
         detail = r["error"] if r["status"] == "failed" else " ".join(
             f"{k}={v:.4f}" for k, v in r["metrics"].items() if v is not None)
-        lines.append(f"  [{r['status']:>9}] {cell}  {detail}")
+        lines.append(f"  [{r['status']:>9}] #{Path(r['run']).name} {label}  {detail}")
     return "\n".join(lines)
 
 
