@@ -72,6 +72,16 @@ def test_budgeted_encoding_equals_sentence_transformers(tiny_data):
     assert budgeted == pytest.approx(plain, abs=1e-5 if device() == "cpu" else 2e-2)  # bf16 on CUDA
 
 
+@pytest.mark.parametrize("max_tokens", [None, 600])
+def test_data_parallel_encoding_equals_one_device(tiny_data, max_tokens):
+    """The multi-GPU path (one replica per device: sentence-transformers' process pool for fixed batches,
+    our threads for token-budget batches), run with two CPU replicas."""
+    model = load_encoder(MINILM)
+    texts = tiny_data["texts"]
+    parallel = encode(model, texts, 8, False, max_tokens=max_tokens, devices=["cpu", "cpu"])
+    assert parallel == pytest.approx(encode(model, texts, 8, False), abs=1e-5)
+
+
 @pytest.mark.parametrize("backend, tolerance", [("onnx", 1e-4), ("onnx-int8", 0.2)])
 def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance):
     cache = StageCache(tmp_path / "cache")

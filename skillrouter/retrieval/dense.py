@@ -4,8 +4,8 @@ Where the time goes is model compute, so the encoder runs as fast as the device 
 
 * CUDA: bf16 weights, FlashAttention-2 when ``flash_attn`` is installed (else PyTorch SDPA),
   batches of similar length sized by a token budget (``max_tokens``) instead of a fixed count,
-  pinned host memory with non-blocking copies, and one process per visible GPU when there are
-  several (data parallel inside one job);
+  pinned host memory with non-blocking copies, and one model replica per visible GPU when there
+  are several (data parallel inside one job);
 * CPU: an ONNX Runtime backend (``backend: onnx`` or ``onnx-int8``, dynamically quantised), run
   from a ``torch.onnx`` export (:mod:`skillrouter.retrieval.onnx_backend`).
 """
@@ -83,39 +83,74 @@ def token_budget_batches(lengths: list[int], max_tokens: int, max_rows: int) -> 
     return batches
 
 
-def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, show_progress: bool) -> np.ndarray:
-    """Our own batching loop: similar lengths together, sized by tokens; pinned, non-blocking copies."""
+def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, show_progress: bool,
+                     devices: list[str] | None = None) -> np.ndarray:
+    """Our own batching loop: similar lengths together, sized by tokens; pinned, non-blocking copies.
+    With several ``devices``, one model replica per device pulls batches from a shared queue in its own
+    thread (as ``nn.DataParallel`` drives its replicas: kernels and copies run outside the GIL)."""
+    import copy
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
     from tqdm.auto import tqdm
 
     tok = model.tokenizer
     lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]]
-    out: np.ndarray | None = None
-    cuda = model.device.type == "cuda"
-    with torch.inference_mode():
-        for batch in tqdm(token_budget_batches(lengths, max_tokens, max_rows), desc="encode", disable=not show_progress,
-                          leave=False):
-            features = model.preprocess([texts[i] for i in batch])
-            features = {k: (v.pin_memory().to(model.device, non_blocking=True) if cuda else v.to(model.device))
-                        if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-            emb = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=-1).cpu().numpy()
-            if out is None:
-                out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
-            out[batch] = emb
-    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+    pending: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+    for batch in token_budget_batches(lengths, max_tokens, max_rows):
+        pending.put(batch)
+    replicas = [model]
+    if devices:  # the model itself serves the first device it already sits on; the others get copies
+        reuse = next((i for i, d in enumerate(devices) if torch.device(d) == model.device), None)
+        replicas = [model if i == reuse else copy.deepcopy(model).to(d) for i, d in enumerate(devices)]
+    bar = tqdm(total=pending.qsize(), desc="encode", disable=not show_progress, leave=False)
+    done: list[tuple[list[int], np.ndarray]] = []
+
+    def drain(replica) -> None:
+        cuda = replica.device.type == "cuda"
+        with torch.inference_mode():
+            while True:
+                try:
+                    batch = pending.get_nowait()
+                except queue.Empty:
+                    return
+                features = replica.preprocess([texts[i] for i in batch])
+                features = {k: (v.pin_memory().to(replica.device, non_blocking=True) if cuda else v.to(replica.device))
+                            if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+                emb = replica(features)["sentence_embedding"].float()
+                done.append((batch, torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()))
+                bar.update(1)
+
+    with ThreadPoolExecutor(len(replicas)) as pool:
+        list(pool.map(drain, replicas))
+    bar.close()
+    if not done:
+        return np.zeros((0, 0), dtype=np.float32)
+    out = np.empty((len(texts), done[0][1].shape[1]), dtype=np.float32)
+    for batch, emb in done:
+        out[batch] = emb
+    return out
 
 
-def encode(model, texts: list[str], batch_size: int, show_progress: bool = True, max_tokens: int | None = None) -> np.ndarray:
+def data_parallel_devices() -> list[str] | None:
+    """One process per visible GPU when a job sees several (an 8-GPU node); else None, one process."""
+    if device() != "cuda":
+        return None
+    import torch
+
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.device_count() > 1 else None
+
+
+def encode(model, texts: list[str], batch_size: int, show_progress: bool = True, max_tokens: int | None = None,
+           devices: list[str] | None = None) -> np.ndarray:
     """Unit-norm float32 embeddings. Without ``max_tokens``: sentence-transformers' own length-sorted
-    batches of ``batch_size``; with it, token-budget batches. Several visible GPUs: one process each."""
+    batches of ``batch_size``; with it, token-budget batches. Several ``devices`` (by default every
+    visible GPU when there are several): one replica each, sentence-transformers' multi-process pool
+    for fixed batches, one thread per replica for token-budget batches."""
+    devices = devices or (data_parallel_devices() if hasattr(model, "start_multi_process_pool") else None)
     if max_tokens and hasattr(model, "preprocess"):
-        return _encode_budgeted(model, texts, max_tokens, batch_size, show_progress)
-    kwargs = {}
-    if device() == "cuda" and hasattr(model, "start_multi_process_pool"):
-        import torch
-
-        if torch.cuda.device_count() > 1:
-            kwargs["device"] = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        return _encode_budgeted(model, texts, max_tokens, batch_size, show_progress, devices)
     emb = model.encode(texts, batch_size=batch_size, show_progress_bar=show_progress,
-                       normalize_embeddings=True, convert_to_numpy=True, **kwargs)
+                       normalize_embeddings=True, convert_to_numpy=True, **({"device": devices} if devices else {}))
     return np.asarray(emb, dtype=np.float32)
