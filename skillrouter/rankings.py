@@ -2,12 +2,11 @@
 reports, W&B tables and significance tests, and its ``rankings.jsonl`` form."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .data.types import DataError
-from .data.jsonl import atomic_write_json, atomic_write_jsonl, read_jsonl
+from .data.jsonl import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 
 TOP_N = 50
 
@@ -55,10 +54,7 @@ def read_external(path: str | Path, queries: list) -> tuple[dict[str, list[str]]
     if not path.exists():
         raise DataError(str(path), None, None, "file not found")
     if path.suffix == ".json":
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(str(path), None, None, f"invalid JSON ({exc})") from None
+        raw = read_json(path)
         if not isinstance(raw, dict):
             raise DataError(str(path), None, None, "expected an object {task_id: [skill_id, ...]}")
         for qid, ids in raw.items():

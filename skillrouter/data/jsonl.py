@@ -1,4 +1,4 @@
-"""Line-numbered JSONL reading (plain or gzip) and atomic JSONL/JSON writing."""
+"""Line-numbered JSONL reading (plain or gzip), whole-file JSON reading, and atomic JSONL/JSON writing."""
 from __future__ import annotations
 
 import gzip
@@ -80,6 +80,19 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield lineno, record
         except (OSError, EOFError) as exc:  # truncated or corrupt gzip
             raise DataError(str(path), None, None, f"cannot read file: {exc}") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """A whole JSON file a user or a release supplied; any defect is a :class:`DataError` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(str(path), None, None, "file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(str(path), None, None, f"invalid JSON ({exc})") from None
+    except RecursionError:
+        raise DataError(str(path), None, None, "invalid JSON (nested too deeply)") from None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -7,28 +7,16 @@ ground truth is the labelled set *restricted to the pool* of the tier being eval
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
-from .jsonl import read_jsonl
+from .jsonl import read_json, read_jsonl
 from .loaders import (ErrorPolicy, check_ground_truth, check_id, collect_unique, grades_field, id_list, load_pool_r3,
                       load_r3_queries, make_skill, str_field)
 from .types import DataError, Dataset, LoadReport, Query, Skill
 
 SKILLROUTER_TIERS = ("easy", "hard")
 TASK_TYPES = ("clean", "mixed", "generic_only")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(str(path), None, None, "file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(str(path), None, None, f"invalid JSON ({exc})") from None
-    except RecursionError:
-        raise DataError(str(path), None, None, "invalid JSON (nested too deeply)") from None
 
 
 def _shard_skill(rec: dict, path: str, lineno: int, max_field_chars: int, report: LoadReport) -> Skill:
@@ -49,7 +37,7 @@ def read_skillrouter_pool(root: str | Path, tier: str, policy: ErrorPolicy, max_
     if tier not in SKILLROUTER_TIERS:
         raise DataError("config", None, "tier", f"SkillRouter eval-core has tiers {SKILLROUTER_TIERS}, not {tier!r}")
     manifest_path = root / "manifest.json"
-    manifest = _read_json(manifest_path)
+    manifest = read_json(manifest_path)
     entry = manifest.get(tier) if isinstance(manifest, dict) else None
     parts = entry.get("parts") if isinstance(entry, dict) else None
     if not isinstance(parts, list) or not all(isinstance(p, dict) and isinstance(p.get("path"), str)
@@ -84,7 +72,17 @@ def _core_gt(rel: dict, path: str, task_id: str) -> tuple[str, ...]:
     return id_list(rel, key, path, task_id, required=False) if key in rel else ()
 
 
-def read_skillrouter_tasks(root: str | Path, pool_ids: set[str], policy: ErrorPolicy) -> list[Query]:
+def read_skillrouter_relevance(root: str | Path) -> dict[str, Any]:
+    """``relevance.json``: an object keyed by task id."""
+    rel_path = Path(root) / "relevance.json"
+    relevance = read_json(rel_path)
+    if not isinstance(relevance, dict):
+        raise DataError(str(rel_path), None, None, "expected an object keyed by task id")
+    return relevance
+
+
+def read_skillrouter_tasks(root: str | Path, relevance: dict[str, Any], pool_ids: set[str],
+                           policy: ErrorPolicy) -> list[Query]:
     """``tasks.jsonl`` ``{"task_id", "domain", "instruction_text"}`` and ``relevance.json``
     ``{task_id: {"gt_skill_ids", "core_gt_ids", "auxiliary_gt_ids", "relevance": {id: grade},
     "task_type": "clean"|"mixed"|"generic_only"}}``, under the release evaluator's protocol:
@@ -97,9 +95,6 @@ def read_skillrouter_tasks(root: str | Path, pool_ids: set[str], policy: ErrorPo
     """
     root = Path(root)
     rel_path = root / "relevance.json"
-    relevance = _read_json(rel_path)
-    if not isinstance(relevance, dict):
-        raise DataError(str(rel_path), None, None, "expected an object keyed by task id")
     tasks_path = str(root / "tasks.jsonl")
 
     def records():
@@ -138,10 +133,10 @@ def load_skillrouter_core(root: str | Path, tier: str, policy: ErrorPolicy, max_
     rewrites) are its distractors, which training never mines from."""
     skills = read_skillrouter_pool(root, tier, policy, max_field_chars)
     pool_ids = {s.id for s in skills}
-    queries = read_skillrouter_tasks(root, pool_ids, policy)
+    relevance = read_skillrouter_relevance(root)
+    queries = read_skillrouter_tasks(root, relevance, pool_ids, policy)
     if not queries:
         raise DataError(str(Path(root) / "tasks.jsonl"), None, None, f"no task left to score on the {tier} tier")
-    relevance = _read_json(Path(root) / "relevance.json")
     gt_anywhere = {g for rel in relevance.values() if isinstance(rel, dict) for g in rel.get("gt_skill_ids", []) or []}
     variants = {g for rel in relevance.values() if isinstance(rel, dict) for g in (rel.get("relevance") or {})} - gt_anywhere
     return Dataset(skills=skills, queries=queries, report=policy.report, distractor_ids=frozenset(variants & pool_ids))
