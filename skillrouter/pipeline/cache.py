@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..data.jsonl import atomic_write_json
-from .integrity import MANIFEST, WRITE_ERRNOS, StageWriteError, entry_problem, fault_point, file_table
+from .integrity import MANIFEST, WRITE_ERRNOS, StageWriteError, entry_problem, fault_point, file_sha256, file_table
 from .locks import FileLock
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ def texts_fingerprint(items: list[str]) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    return file_sha256(path)
 
 
 def files_fingerprint(paths: Sequence[str | Path]) -> str:

@@ -37,6 +37,11 @@ def fault_point(name: str, stage: str) -> None:
     os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
 
 
+def file_sha256(path: str | Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def file_table(entry: Path) -> dict[str, dict[str, Any]]:
     """``{relative path: {"size", "sha256"}}`` of an entry's files (what its manifest vouches for)."""
     out = {}
@@ -44,8 +49,7 @@ def file_table(entry: Path) -> dict[str, dict[str, Any]]:
         rel = path.relative_to(entry).as_posix()
         if rel in NOT_CHECKSUMMED:
             continue
-        with open(path, "rb") as fh:
-            out[rel] = {"size": path.stat().st_size, "sha256": hashlib.file_digest(fh, "sha256").hexdigest()}
+        out[rel] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
     return out
 
 
@@ -63,8 +67,6 @@ def entry_problem(entry: Path, deep: bool) -> str | None:
             return f"{rel}: missing"
         if size != want["size"]:
             return f"{rel}: {size} bytes, manifest says {want['size']}"
-        if deep:
-            with open(path, "rb") as fh:
-                if hashlib.file_digest(fh, "sha256").hexdigest() != want["sha256"]:
-                    return f"{rel}: content differs from its manifest checksum"
+        if deep and file_sha256(path) != want["sha256"]:
+            return f"{rel}: content differs from its manifest checksum"
     return None
