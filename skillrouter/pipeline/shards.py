@@ -23,7 +23,7 @@ import numpy as np
 from ..data.jsonl import atomic_write_json
 from ..models import respect_cpu_allocation
 from ..retrieval import dense as dense_module
-from ..retrieval.dense import EncoderSpec
+from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec
 from .cache import StageCache, texts_fingerprint
 
 
@@ -42,14 +42,16 @@ def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
-def _identity(spec: dict[str, Any], ids: list[str], texts: list[str], model_key: str | None) -> tuple[dict, list[str]]:
-    """``(params, inputs)`` of a shard: the encoder's output-defining settings and the shard's content."""
-    params = {k: v for k, v in spec.items() if k not in ("query_instruction", "batch_size", "max_tokens")}
+def embedding_identity(spec: dict[str, Any], ids: list[str], texts: list[str], model_key: str | None
+                       ) -> tuple[dict, list[str]]:
+    """``(params, inputs)`` of a pool (or shard) embedding: the encoder's output-defining settings
+    (``asdict(spec)`` less :data:`EXECUTION_ONLY`) and the content embedded."""
+    params = {k: v for k, v in spec.items() if k not in EXECUTION_ONLY}
     return params, [texts_fingerprint(ids), texts_fingerprint(texts)] + ([model_key] if model_key else [])
 
 
 def shard_key(cache: StageCache, spec: EncoderSpec, ids: list[str], texts: list[str], model_key: str | None) -> str:
-    return cache.key("embed_shard", 1, *_identity(asdict(spec), ids, texts, model_key), [dense_module])
+    return cache.key("embed_shard", 1, *embedding_identity(asdict(spec), ids, texts, model_key), [dense_module])
 
 
 def build_shard(task: dict[str, Any]) -> str:
@@ -57,7 +59,7 @@ def build_shard(task: dict[str, Any]) -> str:
     from . import stages
 
     spec = EncoderSpec(**task["spec"])
-    params, inputs = _identity(task["spec"], task["ids"], task["texts"], task["model_key"])
+    params, inputs = embedding_identity(task["spec"], task["ids"], task["texts"], task["model_key"])
     cache = StageCache(task["cache_dir"])
 
     def build(out: Path) -> dict[str, Any]:

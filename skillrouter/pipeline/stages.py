@@ -13,17 +13,17 @@ from tqdm.auto import tqdm
 from ..data import builtin, columnar, dataset as dataset_module, loaders, releases
 from ..data.columnar import read_dataset, write_dataset
 from ..data.dataset import load_source, source_files
-from ..data.types import Dataset
-from ..data.types import Query
+from ..data.types import Dataset, Query
 from ..rankings import Ranking, read_rankings, write_rankings
 from ..rerank import reorder as reorder_module
 from ..rerank.reorder import ListScorer, rerank_top_k
 from ..retrieval import bm25 as bm25_module, dense as dense_module, index as index_module, onnx_backend
 from ..retrieval.bm25 import bm25_search
-from ..retrieval.dense import EncoderSpec, encode, load_encoder
+from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
 from .cache import StageCache, StageRecord, files_fingerprint, texts_fingerprint
-from .shards import ShardPlan, embed_sharded
+from .shards import ShardPlan, embed_sharded, embedding_identity
+
 
 def builtin_data(cache: StageCache, params: dict[str, Any], user: str) -> tuple[dict[str, str], StageRecord]:
     """Generate the built-in benchmark once per parameter set."""
@@ -58,9 +58,6 @@ def _ranked(ids: list[str], idx: np.ndarray, scores: np.ndarray, qids: list[str]
             for qid, row, srow in zip(qids, idx, scores)]
 
 
-EXECUTION_ONLY = ("query_instruction", "batch_size", "max_tokens")  # settings that do not change pool embeddings
-
-
 def encoder_model(cache: StageCache, spec: EncoderSpec, model_path: str | None, model_key: str | None, user: str):
     """The encoder to run: the sentence-transformers model, or for ``backend: onnx|onnx-int8`` its
     ONNX Runtime export (itself a cached stage, so a grid exports each model once)."""
@@ -71,7 +68,7 @@ def encoder_model(cache: StageCache, spec: EncoderSpec, model_path: str | None, 
     name = "model.int8.onnx" if spec.backend == "onnx-int8" else "model.onnx"
 
     def build(out: Path) -> dict[str, Any]:
-        onnx_backend.export(load_encoder(spec, model_path), out / "model.onnx")
+        onnx_backend.export(model, out / "model.onnx")  # the model loaded above, not a second load
         if spec.backend == "onnx-int8":
             onnx_backend.quantize(out / "model.onnx", out / name)
             (out / "model.onnx").unlink()
@@ -88,8 +85,7 @@ def embed_pool(cache: StageCache, spec: EncoderSpec, texts: list[str], ids: list
     """Pool embeddings, stored float16, keyed by (model, rendered pool) and reused by any later run.
     With ``plan.shards > 1`` (or a SLURM launcher) they are built as shards in parallel jobs and
     merged (same key, same artifact: sharding is how it is computed, not what it is)."""
-    params = {k: v for k, v in asdict(spec).items() if k not in EXECUTION_ONLY}
-    inputs = [texts_fingerprint(ids), texts_fingerprint(texts)] + ([model_key] if model_key else [])
+    params, inputs = embedding_identity(asdict(spec), ids, texts, model_key)
 
     def build(out: Path) -> dict[str, Any]:
         if plan.shards > 1 or plan.launcher == "slurm":

@@ -19,12 +19,13 @@ import numpy as np
 from ..models import device, resolve_model
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
+EXECUTION_ONLY = ("query_instruction", "batch_size", "max_tokens")  # EncoderSpec fields that do not change pool embeddings
 
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """What identifies an encoder's output: everything here goes into the embedding cache key
-    except the execution settings ``batch_size`` and ``max_tokens``."""
+    """What identifies an encoder's output: everything here goes into the pool embedding cache key
+    except :data:`EXECUTION_ONLY` (the query prefix, and how batches are formed)."""
 
     model: str
     pooling: str | None = None  # None: the model's own sentence-transformers config; else mean|cls|lasttoken
