@@ -25,6 +25,7 @@ from ..models import respect_cpu_allocation
 from ..retrieval import dense as dense_module
 from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec
 from .cache import StageCache, texts_fingerprint
+from .slurm_jobs import slurm_executor
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,7 @@ def _run_local(task_files: list[Path]) -> None:
 
 
 def _run_slurm(task_files: list[Path], folder: Path, slurm: dict[str, Any]) -> None:
-    import submitit
-
-    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-    executor.update_parameters(**{k if k in ("timeout_min", "cpus_per_task", "gpus_per_node", "mem_gb") else f"slurm_{k}": v
-                                  for k, v in slurm.items() if v is not None})
-    jobs = executor.map_array(_run_task_file, [str(f) for f in task_files])
+    jobs = slurm_executor(folder, slurm).map_array(_run_task_file, [str(f) for f in task_files])
     for job in jobs:
         job.result()
 

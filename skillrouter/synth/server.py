@@ -108,15 +108,13 @@ class LLMServerCallback(Callback):
         return f"http://127.0.0.1:{port_file.read_text()}/v1"
 
     def _start_slurm(self, llm: DictConfig, cache_dir: Path) -> str:
-        import submitit
+        from ..pipeline.slurm_jobs import slurm_executor
 
         folder = cache_dir / "llm_server" / uuid.uuid4().hex[:8]
         folder.mkdir(parents=True, exist_ok=True)
         address = folder / "address.json"
-        executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-        slurm = {k: v for k, v in (llm.get("slurm") or {}).items() if v is not None}
-        executor.update_parameters(name="llm-server", **{k if k in ("timeout_min", "cpus_per_task", "gpus_per_node", "mem_gb")
-                                                         else f"slurm_{k}": v for k, v in slurm.items()})
+        slurm = llm.get("slurm") or {}
+        executor = slurm_executor(folder, slurm, name="llm-server")
         command = llm.command.replace("{model}", str(llm.model)).replace("{gpus}", str(slurm.get("gpus_per_node") or 1))
         self.job = executor.submit(run_server_job, command, str(address))
         deadline = time.time() + float(llm.get("startup_timeout_s", 1800))
