@@ -6,15 +6,13 @@ named in the config and never written anywhere.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import urllib.request
 from dataclasses import dataclass
 from typing import Sequence
 
 from ..fields import as_data
+from ..synth.client import post_chat_completions
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +37,9 @@ class LLMJudge:
         self.failures = 0
 
     def _ask(self, prompt: str) -> str:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.spec.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = json.dumps({"model": self.spec.model, "temperature": 0,
-                           "messages": [{"role": "user", "content": prompt}]}).encode()
-        req = urllib.request.Request(self.spec.url.rstrip("/") + "/chat/completions", data=body, headers=headers)
-        with urllib.request.urlopen(req, timeout=self.spec.timeout) as resp:
-            return json.loads(resp.read())["choices"][0]["message"]["content"]
+        body = {"model": self.spec.model, "temperature": 0, "messages": [{"role": "user", "content": prompt}]}
+        reply = post_chat_completions(self.spec.url, body, self.spec.api_key_env, self.spec.timeout)
+        return reply["choices"][0]["message"]["content"]
 
     def prompt(self, query: str, ids: Sequence[str]) -> str:
         """The judge's prompt: task and skills each inside their own delimited data block."""

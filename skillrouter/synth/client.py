@@ -30,6 +30,18 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = (429, 500, 502, 503, 504)
 
 
+def post_chat_completions(url: str, body: dict[str, Any], api_key_env: str | None, timeout: float) -> dict[str, Any]:
+    """One ``POST {url}/chat/completions`` (the synthesis client's and the LLM judge's): the key is
+    read from the variable ``api_key_env`` names and goes only into the Authorization header."""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
 class LLMUnavailable(RuntimeError):
     """No LLM is configured (``llm=none``) for a stage that needs one."""
 
@@ -102,16 +114,6 @@ class LLMClient:
                     self._done[rec["key"]] = rec
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        req = urllib.request.Request(self.cfg.url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
-                                     headers=headers)
-        with urllib.request.urlopen(req, timeout=self.cfg.timeout) as resp:
-            return json.loads(resp.read())
-
     def _budget_left(self) -> bool:
         return self.cfg.budget is None or self.usage.requests < self.cfg.budget
 
@@ -143,7 +145,7 @@ class LLMClient:
                 if attempt:
                     self.usage.retries += 1
             try:
-                reply = self._post(body)
+                reply = post_chat_completions(self.cfg.url, body, self.cfg.api_key_env, self.cfg.timeout)
                 content = reply["choices"][0]["message"]["content"]
                 usage = reply.get("usage") or {}
                 with self._lock:
