@@ -19,7 +19,6 @@ repository's single-node cluster (scripts/slurm_cluster.sh).
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import subprocess
@@ -146,13 +145,16 @@ class FrozenSlurmLauncher(SlurmLauncher):
         try:
             return job.results()[0]
         except Exception:  # noqa: BLE001 - any way a job can die; the cell's own errors never reach here
+            from skillrouter.data.jsonl import atomic_write_json
+            from skillrouter.pipeline.entry import cell_choices
+
             cfg = self.frozen[idx]
             run_dir = sweep_dir / str(idx)
             run_dir.mkdir(parents=True, exist_ok=True)
-            choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not str(k).startswith("hydra") and v is not None}
-            failed = {"choices": choices, "status": "failed", "error": lost_job_reason(job), "ended": time.time()}
+            failed = {"choices": cell_choices(cfg, cfg.hydra.runtime.choices), "status": "failed",
+                      "error": lost_job_reason(job), "ended": time.time()}
             for name in ("metrics.json", "status.json"):
-                (run_dir / name).write_text(json.dumps(failed, indent=2))
+                atomic_write_json(run_dir / name, failed)
             log.error("cell #%d lost: %s", idx, failed["error"])
             return JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=cfg, working_dir=str(run_dir),
                              status=JobStatus.COMPLETED, _return_value=None)

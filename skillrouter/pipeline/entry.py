@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -19,9 +19,11 @@ log = logging.getLogger(__name__)
 SWEEPABLE_VALUES = ("topk", "seed")  # plain keys swept like groups (numeric group options trip Hydra)
 
 
-def cell_choices(cfg: DictConfig) -> dict[str, str]:
-    """``{group: option}`` for the experiment groups, plus the plain sweep keys."""
-    choices = {g: str(o) for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra") and o is not None}
+def cell_choices(cfg: DictConfig, runtime_choices: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """``{group: option}`` for the experiment groups, plus the plain sweep keys. ``runtime_choices``:
+    Hydra's record of the groups (this job's own by default; a launcher passes a frozen config's)."""
+    runtime_choices = HydraConfig.get().runtime.choices if runtime_choices is None else runtime_choices
+    choices = {str(g): str(o) for g, o in runtime_choices.items() if not str(g).startswith("hydra") and o is not None}
     choices.update({k: str(cfg[k]) for k in SWEEPABLE_VALUES if k in cfg})
     return choices
 
