@@ -18,8 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ..data import DataError
-from ..rankings import Ranking, read_external, write_predictions, write_rankings
-from ..data.jsonl import atomic_write_json
+from ..rankings import Ranking, read_external
 from ..pipeline.cache import StageCache
 from ..pipeline.cell_data import CellData
 from ..pipeline.run import run_cell, score_rankings
@@ -42,13 +41,10 @@ def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple
     elif cfg.missing_predictions != "miss":
         raise DataError("config", None, "missing_predictions", f"expected miss or drop, got {cfg.missing_predictions!r}")
     ordered = [Ranking(q.id, predicted.get(q.id, []), [0.0] * len(predicted.get(q.id, []))) for q in dataset.queries]
-    write_rankings(run_dir / "rankings.jsonl", ordered)
-    write_predictions(run_dir / "predictions.json", ordered)
-    result, rows = score_rankings(cfg, dataset, ordered, choices, data.data)
+    result, rows = score_rankings(cfg, run_dir, dataset, ordered, choices, data.data)
     result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
                              "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
     result["stages"] = {}
-    atomic_write_json(run_dir / "per_query.json", rows)
     return result, rows
 
 

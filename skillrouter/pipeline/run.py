@@ -267,10 +267,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     if cfg.reranker.kind != "none":
         rankings = rerank(ctx, dataset, oracle, rankings, data)
     ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
-    write_rankings(run_dir / "rankings.jsonl", ordered)
-    write_predictions(run_dir / "predictions.json", ordered)
-    result, rows = score_rankings(cfg, dataset, ordered, choices, data.data, timed=ctx.timed)
-    atomic_write_json(run_dir / "per_query.json", rows)
+    result, rows = score_rankings(cfg, run_dir, dataset, ordered, choices, data.data, timed=ctx.timed)
     result["stages"] = {name: record_dict(rec) for name, rec in ctx.stages.items()}
     result["cache"] = {"quarantined": ctx.cache.quarantined}
     result["synth"] = data.synth.reports
@@ -278,10 +275,13 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tu
     return result, rows
 
 
-def score_rankings(cfg: DictConfig, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
+def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
                    data: dict[str, Any], timed=None) -> tuple[dict[str, Any], dict[str, dict]]:
-    """The ``metrics.json`` payload of a set of rankings (one per query, in query order), under the
-    ``eval`` config: a cell's own, or an external system's predictions (``eval.score``)."""
+    """Score a set of rankings (one per query, in query order) under the ``eval`` config, a cell's own
+    or an external system's (``eval.score``): writes ``rankings.jsonl``, ``predictions.json`` and
+    ``per_query.json`` to ``run_dir`` and returns the ``metrics.json`` payload and the per-query rows."""
+    write_rankings(run_dir / "rankings.jsonl", ordered)
+    write_predictions(run_dir / "predictions.json", ordered)
     metrics_spec = parse_metrics(cfg.eval.metrics)
     breakdown = list(cfg.eval.breakdown)
     by_qid = {r.qid: r.ids for r in ordered}
@@ -291,6 +291,7 @@ def score_rankings(cfg: DictConfig, dataset: Dataset, ordered: list[Ranking], ch
         return aggregate_rows(rows, dataset.queries, metrics_spec, breakdown)
 
     metrics, counts = timed("evaluate", aggregate) if timed else aggregate()
+    atomic_write_json(run_dir / "per_query.json", rows)
     return {
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
         "recall_curve": [round(r, 6) for r in recall_curve(by_qid, dataset.queries)],
