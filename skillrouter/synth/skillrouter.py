@@ -192,8 +192,8 @@ def dedupe_equivalent(client: LLMClient, pool: list[Skill], gt_skills: list[Skil
                                     schema, tag=f"{g.id}|{c}"))
         return c, bool(answer and answer["equivalent"])
 
-    removed = sorted({c for c, same in client.map(one, pairs) if same})
-    kept = [s for s in pool if s.id not in set(removed)]
+    removed = {c for c, same in client.map(one, pairs) if same}
+    kept = [s for s in pool if s.id not in removed]
     records = [{"id": s.id, "name": s.name, "description": s.description, "body": s.body, "category": s.category,
                 "source": s.source, **s.extra} for s in kept]
-    return records, {"judged_pairs": len(pairs), "removed": len(removed), "removed_ids": removed[:50], "pool": len(records)}
+    return records, {"judged_pairs": len(pairs), "removed": len(removed), "removed_ids": sorted(removed)[:50], "pool": len(records)}
