@@ -30,6 +30,11 @@ OUTPUT = {"gen_queries": "pairs.jsonl", "gen_distractors": "distractors.jsonl", 
           "gen_eval_queries": "queries.jsonl", "dedupe_equivalent": "pool.jsonl", "r3_pairs": "pairs.jsonl",
           "r3_test": "test.jsonl"}
 CODE = [client_module, prompts_module, sr_module, r3_module]
+NEIGHBOUR_TEXT = Caps(300, 2500)  # the paper's encoder budget: the text the stages' BM25 and clustering read
+
+
+def _neighbour_text(skill: Skill) -> str:
+    return render_skill(skill, "all", NEIGHBOUR_TEXT)
 
 
 def reference(value: Any) -> str | None:
@@ -135,8 +140,8 @@ class Synthesizer:
         def produce(c: LLMClient):
             gt = self._gt_skills(ds)
             queries, q_report = sr_module.gen_eval_queries(c, gt, params, prompts["gen_eval_queries"])
-            texts = [render_skill(s, "all", Caps(300, 2500)) for s in ds.skills]
-            idx, _ = bm25_search(texts, [render_skill(s, "all", Caps(300, 2500)) for s in gt], 6, show_progress=False)
+            text_of = {s.id: _neighbour_text(s) for s in ds.skills}
+            idx, _ = bm25_search(list(text_of.values()), [text_of[g.id] for g in gt], 6, show_progress=False)
             neighbours = [[ds.skills[j].id for j in row if ds.skills[j].id != g.id][:5] for g, row in zip(gt, idx)]
             pool, p_report = sr_module.dedupe_equivalent(c, ds.skills, gt, neighbours, prompts["equivalent"])
             return {OUTPUT["gen_eval_queries"]: queries, OUTPUT["dedupe_equivalent"]: pool}, {"queries": q_report,
@@ -148,7 +153,7 @@ class Synthesizer:
         ds, params = base(), OmegaConf.to_container(self.cfg.synth.r3)
         prompt = self._prompt("write_or_skip")
         pool = ds.training_pool()
-        ids, texts = [s.id for s in pool], [render_skill(s, "all", Caps(300, 2500)) for s in pool]
+        ids, texts = [s.id for s in pool], [_neighbour_text(s) for s in pool]
         emb_rec = stages.embed_pool(self.cache, EncoderSpec(model=params["encoder"]), texts, ids, self.user, progress=False)
         self.record("embed_pool_synth", emb_rec)
 

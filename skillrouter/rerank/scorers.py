@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..data.loaders import R3_SEPARATOR
 from ..models import device, resolve_model
 
 QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
@@ -149,14 +150,14 @@ class CrossEncoderScorer:
 
     def truncate_body(self, text: str) -> str:
         """Cut only the body segment of ``name | description | body`` to ``body_max_tokens`` tokens."""
-        parts = text.split(" | ", 2)
+        parts = text.split(R3_SEPARATOR, 2)
         if len(parts) < 3:
             return text
         tok = self.model.tokenizer
         ids = tok.encode(parts[2], add_special_tokens=False)
         if len(ids) <= self.spec.body_max_tokens:
             return text
-        return parts[0] + " | " + parts[1] + " | " + tok.decode(ids[: self.spec.body_max_tokens], skip_special_tokens=True)
+        return R3_SEPARATOR.join(parts[:2] + [tok.decode(ids[: self.spec.body_max_tokens], skip_special_tokens=True)])
 
     def pairs(self, queries: list[str], docs: list[str]) -> list[tuple[str, str]]:
         return [(q, self.truncate_body(d)) for q, d in zip(queries, docs)]
