@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python benchmarks/cached_rerun.py
 	$(BIN)/python benchmarks/bm25_real_pool.py
 	$(BIN)/python benchmarks/grid_orchestration.py
+	$(BIN)/python benchmarks/grid_allocation.py
 
 # make reliability : run the fault-injection suite and write its table to reports/reliability.md
 reliability: setup system-deps

@@ -50,3 +50,29 @@ def scaled_pool(src: Path, dst: Path, n: int) -> int:
                 written += 1
             rep += 1
     return written
+
+
+def build_stage(stage, cache_root: Path):
+    """Build one stage and what it needs through the cache, as a grid does; its record."""
+    from skillrouter.cache.store import StageCache
+    from skillrouter.pipeline.execute.build import Builder
+    from skillrouter.pipeline.execute.local import LocalExecutor
+
+    builder = Builder(StageCache(cache_root), progress=False, user="bench")
+    LocalExecutor(builder, fail_fast=True).run([stage])
+    return builder.records[stage.key]
+
+
+def pool_stage(skills: list, folder: Path):
+    """A ``load_data`` stage over ``skills`` (written as a pool file, with one query: a dataset needs one)."""
+    from dataclasses import asdict
+
+    from skillrouter.stages.data import load_data
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "pool.jsonl", "w", encoding="utf-8") as fh:
+        for s in skills:
+            fh.write(json.dumps({k: v for k, v in asdict(s).items() if k != "extra" and v is not None}) + "\n")
+    (folder / "queries.jsonl").write_text(json.dumps({"id": "q", "query": skills[0].name, "gt": [skills[0].id]}) + "\n")
+    return load_data({"source": "files", "pool": str(folder / "pool.jsonl"), "queries": str(folder / "queries.jsonl")},
+                     "easy", False)

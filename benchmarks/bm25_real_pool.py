@@ -17,14 +17,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, Timer, scaled_pool, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, Timer, build_stage, scaled_pool, write_figures  # noqa: E402
 
 from skillrouter.data import load_dataset  # noqa: E402
 from skillrouter.eval.rescore import mismatches, rescore  # noqa: E402
-from skillrouter.fields import Caps, render_pool, render_query  # noqa: E402
-from skillrouter.pipeline.cache import StageCache  # noqa: E402
-from skillrouter.pipeline.stages import retrieve_bm25  # noqa: E402
+from skillrouter.fields import Caps, TextSpec, render_pool, render_query  # noqa: E402
 from skillrouter.retrieval.bm25 import bm25_search  # noqa: E402
+from skillrouter.stages.data import load_data  # noqa: E402
+from skillrouter.stages.retrieval import retrieve_bm25  # noqa: E402
 
 BM25 = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
 
@@ -44,10 +44,13 @@ def main() -> None:
     qtexts = [render_query(q.text, 1500) for q in ds.queries]
     with Timer() as plain:
         bm25_search(texts, qtexts, 50, show_progress=False)
+    text = TextSpec(mode="all", caps=Caps(300, 2500), query_cap=1500)
+    data = load_data({"source": "files", "pool": str(sample), "queries": str(tasks)}, "easy", False)
+    build_stage(data, tmp / "cache")  # the parsed pool, built apart: the stage below renders from it
     with Timer() as ours:
-        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, qtexts, 50, "bench", progress=False)
+        build_stage(retrieve_bm25(BM25, text, text, data, "all", 50), tmp / "cache")
     with Timer() as warm:
-        retrieve_bm25(StageCache(tmp / "cache"), BM25, texts, ids, ds.queries, qtexts, 50, "bench", progress=False)
+        build_stage(retrieve_bm25(BM25, text, text, data, "all", 50), tmp / "cache")
 
     big = tmp / f"pool-{args.scale}.jsonl.gz"
     n_big = scaled_pool(sample, big, args.scale)

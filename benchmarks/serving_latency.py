@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, build_stage, pool_stage, write_figures  # noqa: E402
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
@@ -35,11 +35,11 @@ from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.models import device  # noqa: E402
-from skillrouter.pipeline.cache import StageCache  # noqa: E402
-from skillrouter.pipeline.run import encoder_spec, encoder_text, reranker_spec, reranker_text  # noqa: E402
-from skillrouter.pipeline.stages import embed_pool, encoder_model  # noqa: E402
+from skillrouter.pipeline.compose import encoder_spec, encoder_text, reranker_spec, reranker_text  # noqa: E402
 from skillrouter.rerank.scorers import make_scorer  # noqa: E402
-from skillrouter.retrieval.dense import encode  # noqa: E402
+from skillrouter.retrieval.dense import encode, load_encoder  # noqa: E402
+from skillrouter.retrieval.onnx_backend import OnnxEncoder  # noqa: E402
+from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
 
 
 def trained_reranker(cache_dir: Path) -> str:
@@ -73,10 +73,11 @@ def main() -> None:
     source = sample if sample.exists() else generate(Path(tempfile.mkdtemp()))["pool"]
     skills = load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
     enc_text, rr_text = encoder_text(cfg), reranker_text(cfg)
-    ids, texts = [s.id for s in skills], [enc_text.skill(s) for s in skills]
-    spec, cache = encoder_spec(cfg.encoder), StageCache(cache_dir)
+    ids = [s.id for s in skills]
+    spec, data = encoder_spec(cfg.encoder), pool_stage(skills, Path(tempfile.mkdtemp()))
+    onnx = export_onnx(spec, None) if spec.backend != "torch" else None
     t0 = time.perf_counter()
-    pool = embed_pool(cache, spec, texts, ids, "serving-benchmark", progress=True)
+    pool = build_stage(embed_pool(spec, enc_text, data, "all", onnx=onnx), cache_dir)
     pool_seconds = time.perf_counter() - t0
     emb = np.load(Path(pool.path) / "embeddings.npy").astype(np.float32)
 
@@ -84,7 +85,10 @@ def main() -> None:
 
     index = faiss.IndexFlatIP(emb.shape[1])
     index.add(emb)
-    model = encoder_model(cache, spec, None, None, "serving-benchmark")
+    model = load_encoder(spec)
+    if onnx:
+        exported = cache_dir / onnx.kind / onnx.key
+        model = OnnxEncoder(exported / json.loads((exported / "manifest.json").read_text())["file"], model)
     scorer = make_scorer(reranker_spec(cfg.reranker), model_path=reranker_path)
     docs = {s.id: rr_text.skill(s) for s in skills}
     queries = [s.description or s.name for s in random.Random(0).sample(skills, args.queries + 3)]

@@ -5,6 +5,12 @@
 #   scripts/slurm_cluster.sh status
 #   scripts/slurm_cluster.sh down           # stop the daemons (state stays for the next `up`)
 #
+# The node declares SKILLROUTER_SLURM_GPUS counted GPUs (default 4): a GRES whose device files are
+# placeholders, which SLURM schedules and accounts (so tests see which jobs hold a GPU) and nothing more. With
+# SKILLROUTER_SLURM_CPUS=N it declares N CPUs whatever the hardware has (SlurmdParameters=config_overrides),
+# i.e. N job slots: a cluster with a free GPU per cell, for benchmarks (a job waiting on a lock uses no CPU).
+# `up` with other settings than the running cluster's restarts it.
+#
 # Idempotent. Needs root (package install, munge). No systemd: daemons are started directly and
 # stopped by their pid files. Accounting is not run; submitit's `sacct` calls are answered by a
 # small shim from `scontrol show job` (finished jobs are kept for an hour, MinJobAge=3600).
@@ -12,6 +18,9 @@ set -euo pipefail
 
 DIR=${SKILLROUTER_SLURM_DIR:-/tmp/skillrouter-slurm}
 CONF=$DIR/slurm.conf
+GPUS=${SKILLROUTER_SLURM_GPUS:-4}
+CPUS=${SKILLROUTER_SLURM_CPUS:-}
+MEM_PER_CPU=4096
 
 log() { echo "slurm_cluster: $*" >&2; }
 
@@ -36,11 +45,20 @@ start_munge() {
 
 write_config() {
   mkdir -p "$DIR"/{state,spool,log,bin}
-  local node
+  local node overrides=""
   node=$(slurmd -C | head -1 | sed -E 's/ (Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+//g')
+  if [ -n "$CPUS" ]; then  # declared slots, not the hardware's; memory to match the per-CPU default
+    node=$(sed -E "s/ CPUs=[0-9]+/ CPUs=$CPUS/; s/ RealMemory=[0-9]+/ RealMemory=$((CPUS * MEM_PER_CPU))/" <<<"$node")
+    overrides="SlurmdParameters=config_overrides"
+  fi
   local name
   name=$(sed -E 's/^NodeName=([^ ]+).*/\1/' <<<"$node")
-  cat >"$CONF" <<EOF
+  # Slurm drops a GPU without a device file, so each counted GPU gets a placeholder one (no driver behind
+  # it; with TaskPlugin=task/none nothing binds it): the GPUs are scheduled and accounted, nothing more.
+  mkdir -p "$DIR/dev"
+  for i in $(seq 0 $((GPUS - 1))); do touch "$DIR/dev/gpu$i"; done
+  echo "NodeName=$name Name=gpu Count=$GPUS File=$DIR/dev/gpu[0-$((GPUS - 1))]" >"$DIR/gres.conf.new"
+  cat >"$CONF.new" <<EOF
 ClusterName=skillrouter
 SlurmctldHost=$name(127.0.0.1)
 SlurmUser=root
@@ -60,16 +78,23 @@ JobAcctGatherFrequency=task=1
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
-DefMemPerCPU=4096
+DefMemPerCPU=$MEM_PER_CPU
+GresTypes=gpu
+$overrides
 EnforcePartLimits=ALL
 MinJobAge=3600
 KillWait=2
 ReturnToService=2
 SchedulerType=sched/backfill
 MpiDefault=none
-$node NodeAddr=127.0.0.1 State=UNKNOWN
+$node Gres=gpu:$GPUS NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=debug Nodes=$name Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
+  changed=0
+  for f in "$CONF" "$DIR/gres.conf"; do
+    cmp -s "$f.new" "$f" || changed=1
+    mv "$f.new" "$f"
+  done
   cat >"$DIR/bin/sacct" <<'EOF'
 #!/usr/bin/env python3
 """sacct shim for clusters without accounting: answers `sacct -o JobID,State,NodeList --parsable2 -j ID...`
@@ -100,6 +125,10 @@ up() {
   start_munge
   write_config
   export SLURM_CONF=$CONF
+  if [ "$changed" = 1 ] && { running "$DIR/slurmctld.pid" || running "$DIR/slurmd.pid"; }; then
+    log "configuration changed: restarting"
+    down
+  fi
   running "$DIR/slurmctld.pid" || slurmctld -f "$CONF" >&2
   running "$DIR/slurmd.pid" || slurmd -f "$CONF" >&2
   # a node restarted under old state may still be `completing` a step of a previous job: it is up
@@ -110,9 +139,9 @@ up() {
     sleep 0.3
   done
   sinfo -h -o %T | grep -qE "$ready" || { log "node did not come up; see $DIR/log"; exit 1; }
-  log "up: $(sinfo -h -o '%P %D %T %c cpus %m MB')"
-  log "launch grids here with hydra/launcher=slurm_dev, i.e. hydra/launcher=slurm hydra.launcher.partition=debug" \
-      "hydra.launcher.cpus_per_task=1 hydra.launcher.gpus_per_node=null hydra.launcher.mem_gb=null (no GPUs on this node)"
+  log "up: $(sinfo -h -o '%P %D %T %c cpus %m MB %G')"
+  log "launch grids here with hydra/launcher=slurm_dev (1 CPU and the per-CPU memory per job; GPU-class stages" \
+      "ask for one of the node's $GPUS counted GPUs)"
   echo "export SLURM_CONF=$CONF"
   echo "export PATH=$DIR/bin:\$PATH"
 }

@@ -101,6 +101,11 @@ class TextSpec:
     query_instruction: str = ""
     prompt_format: str | None = None  # rerankers only
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> TextSpec:
+        """The inverse of ``dataclasses.asdict``: how a stage's params carry its rendering."""
+        return cls(**{**d, "caps": Caps(**d["caps"])})
+
     def skill(self, skill: Skill, oracle: Mapping[str, str] | None = None) -> str:
         if self.prompt_format is not None:
             return render_reranker_document(skill, self.prompt_format, self.mode, self.caps, oracle)

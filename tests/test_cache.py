@@ -5,9 +5,13 @@ import os
 import time
 from pathlib import Path
 
-from skillrouter.pipeline.cache import StageCache
-from skillrouter.pipeline.integrity import MANIFEST
-from skillrouter.pipeline.locks import FileLock
+from skillrouter.cache.integrity import MANIFEST
+from skillrouter.cache.locks import FileLock
+from skillrouter.cache.store import StageCache, code_fingerprint, stage_key
+
+
+def key(**params) -> str:
+    return stage_key("s", 1, "code", params, {})
 
 
 def _build_counter(counter: Path):
@@ -22,8 +26,8 @@ def _build_counter(counter: Path):
 
 def test_build_once_then_reuse(tmp_path):
     cache, counter = StageCache(tmp_path / "c"), tmp_path / "n"
-    first = cache.get_or_build("s", 1, {"a": 1}, ["in"], _build_counter(counter), user="run1")
-    second = cache.get_or_build("s", 1, {"a": 1}, ["in"], _build_counter(counter), user="run2")
+    first = cache.get_or_build("s", key(a=1), _build_counter(counter), manifest={"params": {"a": 1}}, user="run1")
+    second = cache.get_or_build("s", key(a=1), _build_counter(counter), manifest={"params": {"a": 1}}, user="run2")
     assert not first.cached and second.cached and first.key == second.key
     assert counter.read_text() == "x"
     assert (Path(first.path) / "data.txt").read_text() == "payload"
@@ -32,20 +36,21 @@ def test_build_once_then_reuse(tmp_path):
     assert cache.entries()[0]["users"] == ["run1", "run2"]
 
 
-def test_key_depends_on_params_inputs_and_version(tmp_path):
-    cache = StageCache(tmp_path)
-    base = cache.key("s", 1, {"a": 1}, ["x"])
-    assert base != cache.key("s", 1, {"a": 2}, ["x"])
-    assert base != cache.key("s", 1, {"a": 1}, ["y"])
-    assert base != cache.key("s", 2, {"a": 1}, ["x"])
-    assert base == cache.key("s", 1, {"a": 1}, ["x"])
+def test_key_depends_on_params_inputs_code_and_version():
+    base = stage_key("s", 1, "code", {"a": 1}, {"data": "k1"})
+    assert base != stage_key("s", 1, "code", {"a": 2}, {"data": "k1"})
+    assert base != stage_key("s", 1, "code", {"a": 1}, {"data": "k2"})
+    assert base != stage_key("s", 1, "code", {"a": 1}, {"pool": "k1"})  # which input a key feeds matters
+    assert base != stage_key("s", 1, "other", {"a": 1}, {"data": "k1"})
+    assert base != stage_key("s", 2, "code", {"a": 1}, {"data": "k1"})
+    assert base == stage_key("s", 1, "code", {"a": 1}, {"data": "k1"})
 
 
 def test_entry_without_manifest_is_rebuilt(tmp_path):
     cache, counter = StageCache(tmp_path / "c"), tmp_path / "n"
-    rec = cache.get_or_build("s", 1, {}, [], _build_counter(counter))
+    rec = cache.get_or_build("s", key(), _build_counter(counter))
     (Path(rec.path) / MANIFEST).unlink()
-    again = cache.get_or_build("s", 1, {}, [], _build_counter(counter))
+    again = cache.get_or_build("s", key(), _build_counter(counter))
     assert not again.cached and counter.read_text() == "xx"
 
 
@@ -57,14 +62,14 @@ def test_failed_build_publishes_nothing(tmp_path):
         raise RuntimeError("killed")
 
     try:
-        cache.get_or_build("s", 1, {}, [], boom)
+        cache.get_or_build("s", key(), boom)
     except RuntimeError:
         pass
     assert cache.entries() == [] and not list((tmp_path / "c" / "s").glob(".tmp-*"))
 
 
 def _worker(root, counter, results):
-    rec = StageCache(root).get_or_build("s", 1, {"k": 1}, [], _build_counter(Path(counter)))
+    rec = StageCache(root).get_or_build("s", key(k=1), _build_counter(Path(counter)))
     results.put(rec.cached)
 
 
@@ -92,12 +97,32 @@ def test_stale_lock_is_taken_over(tmp_path):
     assert not lock_path.exists()
 
 
-def test_key_changes_with_the_stage_source(tmp_path):
+def test_key_changes_with_the_stage_source():
     import skillrouter.data.builtin as builtin
     import skillrouter.fields as fields
-    cache = StageCache(tmp_path)
-    assert cache.key("s", 1, {}, [], [builtin]) != cache.key("s", 1, {}, [], [fields])
-    assert cache.key("s", 1, {}, [], [builtin]) == cache.key("s", 1, {}, [], [builtin])
+    assert code_fingerprint([builtin]) != code_fingerprint([fields])
+    assert code_fingerprint([builtin]) == code_fingerprint([builtin])
+
+
+def test_a_resumable_build_keeps_its_work_until_it_publishes(tmp_path):
+    cache = StageCache(tmp_path / "c")
+    seen = []
+
+    def build(out: Path, work: Path):
+        work.mkdir(parents=True, exist_ok=True)
+        seen.append(sorted(p.name for p in work.iterdir()))
+        (work / "step-1").write_text("checkpoint")
+        if len(seen) == 1:
+            raise KeyboardInterrupt("killed")
+        (out / "model").write_text("trained")
+
+    try:
+        cache.get_or_build("train", key(), build, resumable=True)
+    except KeyboardInterrupt:
+        pass
+    assert cache.work_dir("train", key()).exists()
+    rec = cache.get_or_build("train", key(), build, resumable=True)
+    assert seen == [[], ["step-1"]] and not rec.cached and not cache.work_dir("train", key()).exists()
 
 
 def test_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
@@ -114,14 +139,14 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
 
 
 def test_prune_unused_and_by_stage(tmp_path):
-    from skillrouter.pipeline.cache import prune
+    from skillrouter.cache.store import prune
     cache = StageCache(tmp_path / "c")
     live = tmp_path / "run-live"
     live.mkdir()
-    cache.get_or_build("a", 1, {"x": 1}, [], lambda out: None, user=str(live))
-    cache.get_or_build("a", 1, {"x": 2}, [], lambda out: None, user=str(tmp_path / "run-deleted"))
-    cache.get_or_build("b", 1, {}, [], lambda out: None, user=str(live))
-    assert [e["key"] for e in prune(cache, unused=True, dry_run=True)] == [cache.key("a", 1, {"x": 2}, [])]
+    cache.get_or_build("a", key(x=1), lambda out: None, user=str(live))
+    cache.get_or_build("a", key(x=2), lambda out: None, user=str(tmp_path / "run-deleted"))
+    cache.get_or_build("b", key(), lambda out: None, user=str(live))
+    assert [e["key"] for e in prune(cache, unused=True, dry_run=True)] == [key(x=2)]
     assert len(cache.entries()) == 3
     prune(cache, unused=True)
     assert sorted(e["stage"] for e in cache.entries()) == ["a", "b"]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrouter.pipeline.cache import StageCache
-from skillrouter.pipeline.integrity import MANIFEST, entry_problem
+from skillrouter.cache.integrity import MANIFEST, entry_problem
+from skillrouter.cache.store import StageCache
 
 from .conftest import ROOT, reliability_row
 
@@ -132,15 +132,21 @@ def _flip_one_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def prune_retrieval(tmp: Path) -> None:
+    subprocess.run([sys.executable, "-m", "skillrouter.cache", "--cache-dir", str(tmp / "cache"), "prune", "--stage",
+                    "retrieve"], check=True, capture_output=True)
+
+
 def test_flipped_byte_in_an_embedding_file_is_quarantined_and_rebuilt(tmp_path):
     dense = ["encoder=minilm"]
     assert launch(tmp_path, "first", *dense).returncode == 0
     entry = next((tmp_path / "cache" / "embed_pool").glob(f"*/{MANIFEST}")).parent
     _flip_one_byte(entry / "embeddings.npy")
-    proc = subprocess.run([sys.executable, "-m", "skillrouter.pipeline.cache", "--cache-dir", str(tmp_path / "cache"), "verify"],
+    proc = subprocess.run([sys.executable, "-m", "skillrouter.cache", "--cache-dir", str(tmp_path / "cache"), "verify"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and f"quarantined embed_pool/{entry.name}: embeddings.npy: content differs" in proc.stdout
     assert not entry.exists() and list((tmp_path / "cache" / ".quarantine" / "embed_pool").iterdir())
+    prune_retrieval(tmp_path)  # so the next run reads the embeddings again
     t0 = time.perf_counter()
     assert launch(tmp_path, "repaired", *dense).returncode == 0
     recovery = time.perf_counter() - t0
@@ -148,6 +154,7 @@ def test_flipped_byte_in_an_embedding_file_is_quarantined_and_rebuilt(tmp_path):
     assert metrics(tmp_path, "repaired")["metrics"] == metrics(tmp_path, "first")["metrics"]
     # the same damage found on first use, without `cache verify`, when the entry is due for hashing
     _flip_one_byte(entry / "embeddings.npy")
+    prune_retrieval(tmp_path)
     assert launch(tmp_path, "on_use", *dense, "cache_verify_after_days=0").returncode == 0
     on_use = metrics(tmp_path, "on_use")
     assert [q["stage"] for q in on_use["cache"]["quarantined"]] == ["embed_pool"]
@@ -160,7 +167,7 @@ def test_flipped_byte_in_an_embedding_file_is_quarantined_and_rebuilt(tmp_path):
 
 def test_a_truncated_file_is_caught_by_the_size_check_on_every_use(tmp_path):
     cache = StageCache(tmp_path / "cache")
-    rec = cache.get_or_build("s", 1, {}, [], lambda out: (out / "a.bin").write_bytes(b"x" * 100) and None)
+    rec = cache.get_or_build("s", "k1", lambda out: (out / "a.bin").write_bytes(b"x" * 100) and None)
     (Path(rec.path) / "a.bin").write_bytes(b"x" * 50)
-    again = cache.get_or_build("s", 1, {}, [], lambda out: (out / "a.bin").write_bytes(b"x" * 100) and None)
+    again = cache.get_or_build("s", "k1", lambda out: (out / "a.bin").write_bytes(b"x" * 100) and None)
     assert not again.cached and cache.quarantined[0]["problem"] == "a.bin: 50 bytes, manifest says 100"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def cells(sweep: Path) -> dict[tuple, dict]:
 
 @pytest.mark.slow
 def test_four_cell_grid_body_beats_nd_and_rescore_matches(tmp_path):
-    proc = launch(tmp_path, "encoder=bm25,minilm", "fields=nd,all")
+    proc = launch(tmp_path, "encoder=bm25,minilm", "fields=nd,all", "hydra.launcher.workers=2")  # stages side by side
     assert proc.returncode == 0, proc.stderr[-3000:]
     grid = cells(tmp_path / "grid")
     assert set(grid) == {(e, f) for e in ("bm25", "minilm") for f in ("nd", "all")}
@@ -118,3 +119,91 @@ def test_easy_and_hard_cells_share_one_trained_reranker(tmp_path):
     assert sorted(r["choices"]["tier"] for r in runs) == ["easy", "hard"]
     assert len({r["stages"]["train_reranker"]["key"] for r in runs}) == 1
     assert sorted(r["stages"]["train_reranker"]["cached"] for r in runs) == [False, True]
+
+
+def _plan(sweep: Path) -> dict:
+    return json.loads((sweep / "plan.json").read_text())
+
+
+def _cache_entries(cache: Path) -> set[str]:
+    return {f"{m.parent.parent.name}/{m.parent.name}" for m in cache.glob("*/*/manifest.json")}
+
+
+def test_plan_lists_exactly_what_a_cold_grid_builds_and_nothing_when_warm(tmp_path):
+    grid = ("encoder=bm25,minilm", "data=tiny")
+    planned = launch(tmp_path, *grid, "plan=true", "hydra.sweep.dir=" + str(tmp_path / "planned"))
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "nothing was built or submitted" in planned.stdout and "embed_pool" in planned.stdout
+    assert not (tmp_path / "cache").exists() and not list((tmp_path / "planned").glob("*/metrics.json"))
+    plan = _plan(tmp_path / "planned")
+    to_build = {f"{s['stage']}/{s['key']}" for s in plan["stages"] if s["state"] == "build"}
+    assert plan["totals"]["gpu_to_build"] == 2 and plan["totals"]["reused"] == 0
+    assert {s["resource"] for s in plan["stages"] if s["stage"] == "retrieve"} == {"cpu", "gpu"}  # BM25 never on a GPU
+    assert launch(tmp_path, *grid).returncode == 0
+    assert _cache_entries(tmp_path / "cache") == to_build
+    warm = launch(tmp_path, *grid, "plan=true", "hydra.sweep.dir=" + str(tmp_path / "warm"))
+    assert _plan(tmp_path / "warm")["totals"] | {"reused": 0} == {"gpu_to_build": 0, "cpu_to_build": 0, "llm_to_build": 0,
+                                                                 "reused": 0, "gpu_estimate_s": None, "cpu_estimate_s": None,
+                                                                 "llm_estimate_s": None}
+    assert "to build 0 gpu" in warm.stdout
+
+
+def test_the_design_cards_command_as_typed_stops_in_one_line(tmp_path):
+    proc = launch(tmp_path, "loss=listwise,pointwise", "topk=10,20,50")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("skillrouter: loss=listwise,pointwise and topk=10,20,50 change nothing in this grid")
+    assert "its 6 cells are 1 computation" in line and "reranker=trained" in line
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.slow
+def test_pair_scores_shared_across_topk_rank_as_scoring_each_k_alone(tmp_path):
+    common = ("data=tiny", "encoder=minilm", "reranker=minilm_ce")
+    assert launch(tmp_path, *common, "topk=2,4").returncode == 0
+    grid = {json.loads(f.read_text())["choices"]["topk"]: f.parent for f in (tmp_path / "grid").glob("*/metrics.json")}
+    built = [m for m in (tmp_path / "cache" / "score_pairs").glob("*/manifest.json")]
+    assert len(built) == 1 and json.loads(built[0].read_text())["params"]["depth"] == 4
+    for k in ("2", "4"):
+        alone = tmp_path / f"alone{k}"
+        proc = launch(tmp_path, *common, f"topk={k}", f"hydra.run.dir={alone}", f"cache_dir={tmp_path / ('c' + k)}",
+                      multirun=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (grid[k] / "rankings.jsonl").read_text() == (alone / "rankings.jsonl").read_text()
+
+
+def test_a_failed_stage_fails_its_cells_naming_it_and_the_others_complete(tmp_path):
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"query": "x", "skill_id": "no-such-skill"}])
+    proc = launch(tmp_path, "data=tiny", "encoder=bm25", "reranker=none,trained", f"data.train_pairs={pairs}")
+    assert proc.returncode == 1
+    runs = {json.loads(f.read_text())["choices"]["reranker"]: json.loads(f.read_text())
+            for f in (tmp_path / "grid").glob("*/metrics.json")}
+    assert runs["none"]["status"] == "completed" and runs["trained"]["status"] == "failed"
+    assert runs["trained"]["failed_stage"]["stage"] == "train_pairs"
+    assert runs["trained"]["error"].startswith("stage train_pairs ") and "training positives missing" in runs["trained"]["error"]
+    status = subprocess.run([sys.executable, "-m", "skillrouter.pipeline.status", str(tmp_path / "grid")],
+                            capture_output=True, text=True, cwd=ROOT)
+    states = {m.group(2): m.group(1) for m in re.finditer(r"^\s+\[\s*(\w+)\] (\w+) ", status.stdout, re.MULTILINE)}
+    assert states["train_pairs"] == "failed" and states["train_reranker"] == "cancelled"
+    assert "1 completed, 1 failed" in status.stdout
+
+
+def test_progress_off_a_terminal_is_one_line_per_interval(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from skillrouter import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "on_terminal", lambda: False)
+    monkeypatch.setenv(progress_module.INTERVAL_ENV, "0.05")
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="skillrouter.progress"), progress_module.stage_label("embed_pool 1a2b3c4d"):
+        with progress_module.progress(40, "encode", "texts") as bar:
+            for step in (0.01, 1, 1, 1):  # the first update comes before the interval: no line for it
+                now[0] += step
+                bar.update(10)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["embed_pool 1a2b3c4d: encode: 20/40 texts (19.8/s, ETA 1s)",
+                     "embed_pool 1a2b3c4d: encode: 30/40 texts (14.9/s, ETA 1s)",
+                     "embed_pool 1a2b3c4d: encode: done, 40/40 texts in 3s (13.3/s)"]
+    assert isinstance(progress_module.progress(5, "x", enabled=False), progress_module._Silent)

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from skillrouter.data.types import Skill
 from skillrouter.models import build_tiny_qwen3, device
-from skillrouter.pipeline.run import encoder_spec, encoder_text, reranker_spec, reranker_text
+from skillrouter.pipeline.compose import encoder_spec, encoder_text, reranker_spec, reranker_text
 from skillrouter.rerank.scorers import QWEN3_PREFIX, QWEN3_SUFFIX, CrossEncoderScorer, PairScorer
 from skillrouter.retrieval.dense import encode, load_encoder
 

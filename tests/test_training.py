@@ -16,13 +16,13 @@ from skillrouter.data.types import LoadReport
 from skillrouter.eval.metrics import aggregate
 from skillrouter.fields import Caps, render_pool
 from skillrouter.models import build_tiny_qwen3
-from skillrouter.pipeline.train_stages import train_queries
 from skillrouter.rankings import Ranking
 from skillrouter.rerank.llm_judge import JudgeSpec, LLMJudge
 from skillrouter.rerank.reorder import rerank_top_k
 from skillrouter.rerank.scorers import PairScorer, RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.retrieval.index import exact_top_k
+from skillrouter.stages.retrieval import train_queries
 from skillrouter.train.encoder import EncoderLoss, train_encoder
 from skillrouter.train.loop import TrainConfig
 from skillrouter.train.pairs import load_pairs

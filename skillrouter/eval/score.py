@@ -8,6 +8,7 @@ and a grid cell report the same numbers for the same rankings.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -18,10 +19,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ..data import DataError
+from ..pipeline.cell import file_path, make_cache, run_cell, score_rankings
+from ..pipeline.compose import CellComposer
+from ..pipeline.execute.build import Builder
+from ..pipeline.execute.local import LocalExecutor
 from ..rankings import Ranking, read_external
-from ..pipeline.cache import StageCache
-from ..pipeline.cell_data import CellData
-from ..pipeline.run import run_cell, score_rankings
+from ..stages.graph import dataset_at
 
 log = logging.getLogger(__name__)
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -29,8 +32,11 @@ CHOICE_KEYS = ("data", "tier", "eval")
 
 
 def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    data = CellData(cfg, StageCache(cfg.cache_dir), str(run_dir), lambda name, rec: rec)
-    dataset = data.dataset()
+    composer, cache = CellComposer(cfg), make_cache(cfg)
+    stage = composer.dataset()
+    LocalExecutor(Builder(cache, progress=cfg.progress, user=str(run_dir)), fail_fast=True).run([stage])
+    shared = dataset_at(str(cache.entry(stage.kind, stage.key)))
+    dataset = dataclasses.replace(shared, queries=list(shared.queries))  # the read is shared: this one is ours
     predicted, unmatched = read_external(cfg.predictions, dataset.queries)
     missing = [q for q in dataset.queries if q.id not in predicted]
     if missing:
@@ -41,7 +47,8 @@ def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple
     elif cfg.missing_predictions != "miss":
         raise DataError("config", None, "missing_predictions", f"expected miss or drop, got {cfg.missing_predictions!r}")
     ordered = [Ranking(q.id, predicted.get(q.id, []), [0.0] * len(predicted.get(q.id, []))) for q in dataset.queries]
-    result, rows = score_rankings(cfg, run_dir, dataset, ordered, choices, data.data)
+    result, rows = score_rankings(cfg, run_dir, dataset, ordered, choices,
+                                  {k: file_path(v, cache) for k, v in composer.data.items()})
     result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
                              "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
     result["stages"] = {}

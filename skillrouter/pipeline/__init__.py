@@ -1,1 +1,2 @@
-"""Stages, the stage cache, cell runs and grid status."""
+"""The grid: a cell's stage graph composed from its config, the grid's plan, where and when stages run
+(in this process, or as SLURM jobs), a cell's run and scoring, the journal of stage outcomes, status."""

@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from ..data import DataError
 from ..synth.client import LLMUnavailable
-from .integrity import StageWriteError
-from .run import run_cell
+from ..cache.integrity import StageWriteError
+from .cell import run_cell
 
 log = logging.getLogger(__name__)
 SWEEPABLE_VALUES = ("topk", "seed")  # plain keys swept like groups (numeric group options trip Hydra)

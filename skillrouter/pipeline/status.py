@@ -1,4 +1,6 @@
-"""The state of a grid read from its run directories: ``python -m skillrouter.pipeline.status DIR``."""
+"""The state of a grid read from disk: ``python -m skillrouter.pipeline.status DIR`` shows the stage graph
+(``plan.json`` and the stage journal: pending / running / built / reused / cached / failed / cancelled,
+with SLURM job ids) and the cells (their run directories)."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +53,36 @@ def cell_labels(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return split_shared([r["overrides"] or [f"{k}={v}" for k, v in sorted(r["choices"].items())] for r in rows])
 
 
+def stage_status(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per stage of the grid's plan, with what the journal says became of it."""
+    from .journal import StageJournal
+    from .plan import PLAN
+
+    plan_file = sweep_dir / PLAN
+    if not plan_file.exists():
+        return []
+    journal = StageJournal(sweep_dir).all()
+    rows = []
+    for planned in json.loads(plan_file.read_text())["stages"]:
+        rec = journal.get(planned["key"], {})
+        state = rec.get("state") or ("cached" if planned["state"] == "cached" else "pending")
+        rows.append({"stage": planned["stage"], "key": planned["key"], "state": state, "resource": planned["resource"],
+                     "cheap": planned["cheap"], "cells": planned["cells"], "job_id": rec.get("job_id"),
+                     "seconds": rec.get("seconds"), "error": rec.get("error")})
+    return rows
+
+
+def format_stages(rows: list[dict[str, Any]], every: bool = True) -> str:
+    counts = {s: sum(r["state"] == s for r in rows) for s in dict.fromkeys(r["state"] for r in rows)}
+    lines = [f"{len(rows)} stages: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    for r in rows if every else [r for r in rows if r["state"] in ("failed", "cancelled")]:
+        job = f" job {r['job_id']}" if r["job_id"] else ""
+        took = f" {r['seconds']:.0f} s" if r.get("seconds") else ""
+        why = f"  {r['error']}" if r.get("error") else ""
+        lines.append(f"  [{r['state']:>9}] {r['stage']:<16} {r['key'][:8]} {r['resource']}{job}{took}{why}")
+    return "\n".join(lines)
+
+
 def format_status(rows: list[dict[str, Any]]) -> str:
     lines = [f"{len(rows)} cells: " + ", ".join(f"{sum(r['status'] == s for r in rows)} {s}"
                                                for s in sorted({r["status"] for r in rows}))]
@@ -67,9 +99,13 @@ def format_status(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Print the state of a grid (a multirun directory).")
+    parser = argparse.ArgumentParser(description="Print the state of a grid (a multirun directory): its stages, its cells.")
     parser.add_argument("sweep_dir", type=Path)
-    print(format_status(grid_status(parser.parse_args().sweep_dir)))
+    sweep_dir = parser.parse_args().sweep_dir
+    stages = stage_status(sweep_dir)
+    if stages:
+        print(format_stages(stages))
+    print(format_status(grid_status(sweep_dir)))
 
 
 if __name__ == "__main__":

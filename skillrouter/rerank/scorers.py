@@ -169,4 +169,9 @@ class CrossEncoderScorer:
 
 
 def make_scorer(spec: RerankerSpec, model_path: str | None = None) -> PairScorer | CrossEncoderScorer:
-    return CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)
+    """A scorer for evaluation. A checkpoint without a scoring head (``minilm_ce``: the untrained row) gets
+    a fresh one, drawn under a fixed seed and without touching the process's random state, so its scores
+    do not depend on what else ran in the process before it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)

@@ -20,6 +20,7 @@ from ..models import device, resolve_model
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 EXECUTION_ONLY = ("query_instruction", "batch_size", "max_tokens")  # EncoderSpec fields that do not change pool embeddings
+CHUNK = 2048  # texts per encode call: the unit a progress line counts
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, sh
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
-    from tqdm.auto import tqdm
+
+    from ..progress import progress
 
     tok = model.tokenizer
     lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]]
@@ -105,7 +107,7 @@ def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, sh
     if devices:  # the model itself serves the first device it already sits on; the others get copies
         reuse = next((i for i, d in enumerate(devices) if torch.device(d) == model.device), None)
         replicas = [model if i == reuse else copy.deepcopy(model).to(d) for i, d in enumerate(devices)]
-    bar = tqdm(total=pending.qsize(), desc="encode", disable=not show_progress, leave=False)
+    bar = progress(len(texts), "encode", "texts", show_progress)
     done: list[tuple[list[int], np.ndarray]] = []
 
     def drain(replica) -> None:
@@ -121,7 +123,7 @@ def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, sh
                             if isinstance(v, torch.Tensor) else v for k, v in features.items()}
                 emb = replica(features)["sentence_embedding"].float()
                 done.append((batch, torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()))
-                bar.update(1)
+                bar.update(len(batch))
 
     with ThreadPoolExecutor(len(replicas)) as pool:
         list(pool.map(drain, replicas))
@@ -149,9 +151,21 @@ def encode(model, texts: list[str], batch_size: int, show_progress: bool = True,
     batches of ``batch_size``; with it, token-budget batches. Several ``devices`` (by default every
     visible GPU when there are several): one replica each, sentence-transformers' multi-process pool
     for fixed batches, one thread per replica for token-budget batches."""
+    from ..progress import progress
+
     devices = devices or (data_parallel_devices() if hasattr(model, "start_multi_process_pool") else None)
     if max_tokens and hasattr(model, "preprocess"):
         return _encode_budgeted(model, texts, max_tokens, batch_size, show_progress, devices)
-    emb = model.encode(texts, batch_size=batch_size, show_progress_bar=show_progress,
-                       normalize_embeddings=True, convert_to_numpy=True, **({"device": devices} if devices else {}))
-    return np.asarray(emb, dtype=np.float32)
+    if devices:  # one call: the process pool is started once
+        emb = model.encode(texts, batch_size=batch_size, show_progress_bar=False, normalize_embeddings=True,
+                           convert_to_numpy=True, device=devices)
+        return np.asarray(emb, dtype=np.float32)
+    chunk = max(CHUNK, batch_size)  # progress per chunk; each chunk is length-sorted into batches as a whole
+    parts = []
+    with progress(len(texts), "encode", "texts", show_progress) as bar:
+        for start in range(0, len(texts), chunk):
+            part = texts[start:start + chunk]
+            parts.append(np.asarray(model.encode(part, batch_size=batch_size, show_progress_bar=False,
+                                                 normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32))
+            bar.update(len(part))
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)

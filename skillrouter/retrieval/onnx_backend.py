@@ -59,12 +59,11 @@ class OnnxEncoder:
         self.st = st_model
         self.max_seq_length = st_model.max_seq_length
 
-    def encode(self, texts: list[str], batch_size: int = 32, show_progress_bar: bool = False, **_: object) -> np.ndarray:
-        from tqdm.auto import tqdm
-
+    def encode(self, texts: list[str], batch_size: int = 32, **_: object) -> np.ndarray:
+        """sentence-transformers' ``encode`` signature; progress is reported by the caller per chunk."""
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths share a batch
         out: np.ndarray | None = None
-        for start in tqdm(range(0, len(texts), batch_size), desc="encode (onnx)", disable=not show_progress_bar, leave=False):
+        for start in range(0, len(texts), batch_size):
             idx = order[start: start + batch_size]
             features = self.st.preprocess([texts[i] for i in idx])
             emb = self.session.run(None, {k: features[k].numpy() for k in INPUTS})[0]

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = (429, 500, 502, 503, 504)
 
 
+URL_ENV = "SKILLROUTER_LLM_URL"  # where a grid's own LLM server answers (set by skillrouter.pipeline.llm_server)
+
+
 def post_chat_completions(url: str, body: dict[str, Any], api_key_env: str | None, timeout: float) -> dict[str, Any]:
     """One ``POST {url}/chat/completions`` (the synthesis client's and the LLM judge's): the key is
     read from the variable ``api_key_env`` names and goes only into the Authorization header."""

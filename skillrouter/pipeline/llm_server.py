@@ -1,9 +1,10 @@
-"""The LLM server of a grid: started before its cells, stopped when the grid ends or fails.
+"""The LLM server of a grid: started before the first generation stage that has to be built, stopped
+after the last (a grid whose generated files are all cached starts none).
 
 ``llm=stub`` runs :mod:`skillrouter.synth.stub` as a local process; ``llm=vllm`` submits a vLLM
 OpenAI server (``llm.command``) as its own SLURM job through submitit, waits until it answers, and
-cancels it at the end. Either way the cells find it through ``SKILLROUTER_LLM_URL`` (which
-``llm.url`` reads; SLURM jobs inherit it). A URL already set in the environment is used as is.
+cancels it at the end. Either way the stages find it through ``SKILLROUTER_LLM_URL`` (SLURM jobs
+inherit it). A URL already set in the environment is used as is.
 """
 from __future__ import annotations
 
@@ -19,13 +20,12 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from ..synth.client import URL_ENV
+
 
 log = logging.getLogger(__name__)
-URL_ENV = "SKILLROUTER_LLM_URL"
 
 
 def answers(url: str, timeout: float = 5.0) -> bool:
@@ -50,53 +50,29 @@ def run_server_job(command: str, address_file: str) -> int:
     return subprocess.call(command.format(port=port, python=sys.executable), shell=True)
 
 
-def grid_llm(config: DictConfig) -> DictConfig:
-    """The ``llm`` the grid's cells will run with, also when a sweep file sets it among its sweeper
-    params (the multirun's own config does not show those): one server per grid, so one ``llm`` value."""
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    if "llm" not in params:
-        return config.llm
-    values = [v.strip() for v in str(params["llm"]).split(",")]
-    if len(values) != 1:
-        raise ValueError(f"a grid runs one LLM server: sweep llm over separate grids, not llm={params['llm']}")
-    from hydra import compose
+class LLMServer:
+    """One server for a run or a grid, as its ``llm`` config says (``server: stub | vllm``; none for a
+    hosted endpoint). :meth:`start` is idempotent; :meth:`stop` too (and runs at exit)."""
 
-    overrides = [o for o in config.hydra.overrides.task if not o.startswith("llm=")] + [f"llm={values[0]}"]
-    return compose(config_name=config.hydra.job.config_name, overrides=overrides).llm
-
-
-class LLMServerCallback(Callback):
-    """Hydra callback: one server per run or grid (configured by the ``llm`` group)."""
-
-    def __init__(self) -> None:
+    def __init__(self, llm: Mapping[str, Any], cache_dir: str | Path):
+        self.llm, self.cache_dir = dict(llm), Path(cache_dir)
         self.process: subprocess.Popen | None = None
         self.job: Any = None
+        self.started = False
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._start(config)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._start(config, grid_llm(config))
-
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.stop()
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.stop()
-
-    def _start(self, config: DictConfig, llm: DictConfig | None = None) -> None:
-        llm = llm if llm is not None else config.get("llm") or {}
-        kind = llm.get("server")
-        if not kind or os.environ.get(URL_ENV):
+    def start(self) -> None:
+        kind = self.llm.get("server")
+        if self.started or not kind or os.environ.get(URL_ENV):
             return
+        self.started = True
         atexit.register(self.stop)
-        url = self._start_stub(llm) if kind == "stub" else self._start_slurm(llm, Path(config.cache_dir))
+        url = self._start_stub() if kind == "stub" else self._start_slurm()
         os.environ[URL_ENV] = url
         log.info("LLM server (%s) answering at %s", kind, url)
 
-    def _start_stub(self, llm: DictConfig) -> str:
+    def _start_stub(self) -> str:
         port_file = Path(tempfile.mkdtemp()) / "port"
-        faults = [f"--{k.replace('_', '-')}={v}" for k, v in (llm.get("stub") or {}).items() if v]
+        faults = [f"--{k.replace('_', '-')}={v}" for k, v in (self.llm.get("stub") or {}).items() if v]
         self.process = subprocess.Popen([sys.executable, "-m", "skillrouter.synth.stub", "--port-file", str(port_file),
                                          f"--parent-pid={os.getpid()}", *faults],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -107,16 +83,18 @@ class LLMServerCallback(Callback):
             time.sleep(0.05)
         return f"http://127.0.0.1:{port_file.read_text()}/v1"
 
-    def _start_slurm(self, llm: DictConfig, cache_dir: Path) -> str:
-        from ..pipeline.slurm_jobs import slurm_executor
+    def _start_slurm(self) -> str:
+        from .execute.slurm_jobs import slurm_executor
 
-        folder = cache_dir / "llm_server" / uuid.uuid4().hex[:8]
+        llm = self.llm
+        folder = self.cache_dir / "llm_server" / uuid.uuid4().hex[:8]
         folder.mkdir(parents=True, exist_ok=True)
         address = folder / "address.json"
         slurm = llm.get("slurm") or {}
         executor = slurm_executor(folder, slurm, name="llm-server")
-        command = llm.command.replace("{model}", str(llm.model)).replace("{gpus}", str(slurm.get("gpus_per_node") or 1))
+        command = llm["command"].replace("{model}", str(llm["model"])).replace("{gpus}", str(slurm.get("gpus_per_node") or 1))
         self.job = executor.submit(run_server_job, command, str(address))
+        log.info("LLM server job %s submitted", self.job.job_id)
         deadline = time.time() + float(llm.get("startup_timeout_s", 1800))
         while time.time() < deadline:
             if self.job.done():
@@ -132,6 +110,8 @@ class LLMServerCallback(Callback):
         raise RuntimeError(f"the LLM server job did not answer within {llm.get('startup_timeout_s')} s")
 
     def stop(self) -> None:
+        if not self.started:
+            return
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
@@ -139,4 +119,5 @@ class LLMServerCallback(Callback):
             self.job.cancel(check=False)
             log.info("LLM server job %s cancelled", self.job.job_id)
         self.process = self.job = None
+        self.started = False
         os.environ.pop(URL_ENV, None)

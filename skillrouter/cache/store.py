@@ -1,8 +1,10 @@
 """The stage cache: each stage's artifact is keyed by exactly what it depends on, built once, shared.
 
 * key = sha256(stage, stage version, a fingerprint of the source of the modules the stage runs,
-  canonical JSON of the stage's config slice, the keys of its input artifacts): editing a stage's
-  code invalidates its entries without anyone remembering to bump a version;
+  canonical JSON of the stage's config slice, the keys of its named input artifacts and the content
+  fingerprints of the files it reads from outside the cache) (:func:`stage_key`): editing a stage's
+  code invalidates its entries without anyone remembering to bump a version, and since no key hashes
+  what a stage computes, every key of a grid is known before anything is built;
 * ``<root>/<stage>/<key>/`` is built under a temporary name and published by ``rename``; it is
   complete only when its ``manifest.json`` exists (written last, before the rename), so an entry
   without one is treated as absent and rebuilt;
@@ -34,7 +36,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from ..data.jsonl import atomic_write_json
@@ -48,15 +50,6 @@ def stable_hash(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str, ensure_ascii=False).encode()).hexdigest()[:n]
 
 
-def texts_fingerprint(items: list[str]) -> str:
-    """Content hash of an ordered list of strings (rendered pool, rendered queries...)."""
-    h = hashlib.sha256()
-    for item in items:
-        h.update(item.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
-
-
 @functools.lru_cache(maxsize=4096)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
     return file_sha256(path)
@@ -64,7 +57,7 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
 
 def files_fingerprint(paths: Sequence[str | Path]) -> str:
     """Content hash of input files, in order. A missing file hashes as missing (the load that follows
-    names it). Digests are memoised per (path, size, mtime) so cells of one process hash a file once."""
+    names it). Digests are memoised per (path, size, mtime) so one process hashes a file once."""
     h = hashlib.sha256()
     for path in paths:
         try:
@@ -91,6 +84,12 @@ def code_fingerprint(modules: Sequence[ModuleType]) -> str:
     return h.hexdigest()[:12]
 
 
+def stage_key(kind: str, version: int, code: str, params: Mapping[str, Any], inputs: Mapping[str, str]) -> str:
+    """A stage's cache key from what defines its artifact: ``inputs`` maps each input's role to the
+    key of the stage that makes it, or to the content fingerprint of a file read from outside the cache."""
+    return stable_hash({"stage": kind, "version": version, "code": code, "params": params, "inputs": inputs})
+
+
 @dataclass
 class StageRecord:
     """What ``metrics.json["stages"]`` says about one stage of one run."""
@@ -101,6 +100,9 @@ class StageRecord:
     path: str
 
 
+Build = Callable[..., "dict[str, Any] | None"]  # build(tmp_dir) or, resumable, build(tmp_dir, work_dir)
+
+
 class StageCache:
     """Get-or-build for stage artifacts under ``root``."""
 
@@ -108,16 +110,18 @@ class StageCache:
         self.root, self.stale_after, self.verify_after_days = Path(root), stale_after, verify_after_days
         self.quarantined: list[dict[str, str]] = []
 
-    def key(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
-            code: Sequence[ModuleType] = ()) -> str:
-        return stable_hash({"stage": stage, "version": version, "code": code_fingerprint(code), "params": params,
-                            "inputs": sorted(inputs)})
-
     def entry(self, stage: str, key: str) -> Path:
         return self.root / stage / key
 
+    def work_dir(self, stage: str, key: str) -> Path:
+        """Where a resumable build keeps its progress (checkpoints, a request log) until it publishes."""
+        return self.root / stage / f"{key}.work"
+
     def is_complete(self, stage: str, key: str) -> bool:
         return (self.entry(stage, key) / MANIFEST).exists()
+
+    def manifest(self, stage: str, key: str) -> dict[str, Any]:
+        return json.loads((self.entry(stage, key) / MANIFEST).read_text())
 
     def _due_for_hashing(self, entry: Path) -> bool:
         if self.verify_after_days is None:
@@ -150,17 +154,16 @@ class StageCache:
         self.quarantined.append({"stage": stage, "key": key, "problem": problem, "moved_to": str(target)})
         return target
 
-    def get_or_build(self, stage: str, version: int, params: dict[str, Any], inputs: list[str],
-                     build: Callable[[Path], dict[str, Any] | None], *, code: Sequence[ModuleType] = (),
-                     user: str | None = None) -> StageRecord:
-        """Return the artifact for these params/inputs, building it with ``build(tmp_dir)`` if absent.
+    def get_or_build(self, stage: str, key: str, build: Build, *, manifest: Mapping[str, Any] | None = None,
+                     user: str | None = None, resumable: bool = False) -> StageRecord:
+        """Return the artifact ``stage/key``, building it with ``build(tmp_dir)`` if absent.
 
-        ``build`` writes its files into ``tmp_dir`` and may return extra manifest fields. ``code`` lists
-        the modules whose source defines the artifact (part of the key). ``user``
-        (a run directory) is appended to the entry's ``users.txt`` so the cache listing can say which
-        runs use an entry.
+        ``build`` writes its files into ``tmp_dir`` and may return extra manifest fields; ``manifest``
+        holds what the key was made of (params, inputs), recorded beside them. ``resumable``: ``build``
+        is called as ``build(tmp_dir, work_dir)`` and keeps its progress in ``work_dir``, so a killed
+        build resumes; the folder goes once the artifact is published. ``user`` (a run directory) is
+        appended to the entry's ``users.txt`` so the cache listing can say which runs use an entry.
         """
-        key = self.key(stage, version, params, inputs, code)
         final = self.entry(stage, key)
         start = time.perf_counter()
         cached = self.is_complete(stage, key) and self.check(stage, key)
@@ -172,7 +175,11 @@ class StageCache:
                 fault_point("lock_acquired", stage)
                 cached = self.is_complete(stage, key) and self.check(stage, key, deep=False)  # built while we waited
                 if not cached:
-                    cached = not self._build(stage, key, params, inputs, final, build)
+                    work = self.work_dir(stage, key)
+                    run = (lambda out: build(out, work)) if resumable else build
+                    cached = not self._build(stage, key, dict(manifest or {}), final, run)
+                    if resumable:
+                        shutil.rmtree(work, ignore_errors=True)
             finally:
                 lock.release()
         seconds = time.perf_counter() - start
@@ -182,21 +189,7 @@ class StageCache:
         log.info("stage %-16s %s %s (%.1fs)", stage, key, "reused" if cached else "built", seconds)
         return StageRecord(key=key, cached=cached, seconds=round(seconds, 3), path=str(final))
 
-    def get_or_build_resumable(self, stage: str, params: dict[str, Any], inputs: list[str],
-                               build: Callable[[Path, Path], dict[str, Any] | None], *, code: Sequence[ModuleType] = (),
-                               user: str | None = None) -> StageRecord:
-        """:meth:`get_or_build` for long builds that keep progress in ``<stage>/<key>.work/`` (training
-        checkpoints, an LLM request log): a killed build resumes from it; it is removed on publication."""
-        work = self.root / stage / f"{self.key(stage, 1, params, inputs, code)}.work"
-
-        def run(out: Path) -> dict[str, Any] | None:
-            extra = build(out, work)
-            shutil.rmtree(work, ignore_errors=True)
-            return extra
-
-        return self.get_or_build(stage, 1, params, inputs, run, code=code, user=user)
-
-    def _build(self, stage: str, key: str, params: dict, inputs: list[str], final: Path,
+    def _build(self, stage: str, key: str, fields: dict[str, Any], final: Path,
                build: Callable[[Path], dict[str, Any] | None]) -> bool:
         """Build into a temporary folder and publish it; False when another process published the same
         entry first (a lock taken over while this one was frozen): its copy wins, ours is discarded."""
@@ -206,9 +199,8 @@ class StageCache:
             t0 = time.perf_counter()
             extra = build(tmp) or {}
             fault_point("tmp_partial", stage)
-            manifest = {"stage": stage, "key": key, "code": code_fingerprint(()), "params": params, "inputs": inputs,
-                        "build_seconds": round(time.perf_counter() - t0, 3), "created": time.time(),
-                        "host": socket.gethostname(), **extra, "files": file_table(tmp)}
+            manifest = {"stage": stage, "key": key, **fields, "build_seconds": round(time.perf_counter() - t0, 3),
+                        "created": time.time(), "host": socket.gethostname(), **extra, "files": file_table(tmp)}
             atomic_write_json(tmp / MANIFEST, manifest)
             (tmp / ".verified").touch()  # its hashes were just computed: the next hashing is due after the age
             fault_point("tmp_complete", stage)
@@ -255,14 +247,6 @@ def record_dict(rec: StageRecord) -> dict[str, Any]:
     return {k: v for k, v in asdict(rec).items() if k != "path"}
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
 def prune(cache: StageCache, *, stage: str | None = None, older_than_days: float | None = None, unused: bool = False,
           everything: bool = False, dry_run: bool = False) -> list[dict[str, Any]]:
     """Remove entries matching every given criterion; also abandoned temporary builds. Returns what
@@ -289,50 +273,3 @@ def prune(cache: StageCache, *, stage: str | None = None, older_than_days: float
         for p in leftovers:
             shutil.rmtree(p, ignore_errors=True)
     return chosen + [{"stage": p.parent.name, "key": p.name, "bytes": 0, "users": []} for p in leftovers]
-
-
-def main() -> None:
-    """``python -m skillrouter.pipeline.cache [--cache-dir DIR] list|prune|verify ...``"""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Show or prune the stage cache.")
-    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/skillrouter"))
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="entries, sizes and the runs that use them")
-    p = sub.add_parser("prune", help="remove entries matching all given criteria")
-    p.add_argument("--stage")
-    p.add_argument("--older-than", type=float, metavar="DAYS")
-    p.add_argument("--unused", action="store_true", help="no run directory that used the entry still exists")
-    p.add_argument("--all", action="store_true", help="everything, including resumable training work")
-    p.add_argument("--dry-run", action="store_true")
-    v = sub.add_parser("verify", help="hash every entry against its manifest; quarantine the damaged ones")
-    v.add_argument("--stage")
-    args = parser.parse_args()
-    cache = StageCache(args.cache_dir)
-    if args.command == "verify":
-        entries = [e for e in cache.entries() if not args.stage or e["stage"] == args.stage]
-        for e in entries:
-            if not cache.check(e["stage"], e["key"], deep=True):
-                bad = cache.quarantined[-1]
-                print(f"quarantined {e['stage']}/{e['key']}: {bad['problem']} (moved to {bad['moved_to']}; rebuilt on next use)")
-        print(f"verified {len(entries)} entries: {len(entries) - len(cache.quarantined)} intact, {len(cache.quarantined)} quarantined")
-        return
-    if args.command == "list":
-        entries = cache.entries()
-        for e in entries:
-            users = f"{len(e['users'])} runs" + (f" (e.g. {e['users'][-1]})" if e["users"] else "")
-            print(f"{e['stage']:<16} {e['key']}  {_human(e['bytes']):>9}  {users}")
-        work = list(cache.root.glob("*/*.work"))
-        print(f"{len(entries)} entries, {_human(sum(e['bytes'] for e in entries))}"
-              + (f"; {len(work)} interrupted training run(s) resumable" if work else ""))
-        return
-    removed = prune(cache, stage=args.stage, older_than_days=args.older_than, unused=args.unused,
-                    everything=args.all, dry_run=args.dry_run)
-    verb = "would remove" if args.dry_run else "removed"
-    for e in removed:
-        print(f"{verb} {e['stage']}/{e['key']}")
-    print(f"{verb} {len(removed)} entries")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,50 @@
+"""The grid launchers' config schemas, registered with Hydra's ConfigStore (as the submitit plugin
+registers its own): ``hydra/launcher=skillrouter_local`` and ``skillrouter_slurm``, which the profiles
+in ``conf/hydra/launcher/`` (``local``, ``slurm``, ``slurm_dev``) build on."""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
+
+@dataclass
+class JobResources:
+    """What one job of a resource class asks SLURM for (unset: the launcher's own setting, or the cluster's)."""
+
+    gpus: Optional[int] = None
+    cpus: Optional[int] = None
+    mem_gb: Optional[int] = None
+    timeout_min: Optional[int] = None
+    partition: Optional[str] = None
+
+
+@dataclass
+class ResourceClasses:
+    """Per resource class of a stage (``gpu``: model compute; ``cpu``: BM25, mining, cells' scoring;
+    ``llm``: generation, which talks to an LLM server); ``kinds`` overrides them per stage kind, e.g.
+    ``hydra.launcher.resources.kinds.train_encoder.timeout_min=1440``."""
+
+    gpu: JobResources = field(default_factory=lambda: JobResources(gpus=1))
+    cpu: JobResources = field(default_factory=JobResources)
+    llm: JobResources = field(default_factory=JobResources)
+    kinds: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LocalGridLauncherConf:
+    _target_: str = "hydra_plugins.skillrouter_launcher.local_launcher.LocalGridLauncher"
+    workers: int = 1  # stages built side by side (GPU-class ones one at a time)
+
+
+@dataclass
+class SlurmGridLauncherConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.skillrouter_launcher.slurm_launcher.SlurmGridLauncher"
+    resources: ResourceClasses = field(default_factory=ResourceClasses)
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_local", node=LocalGridLauncherConf,
+                             provider="skillrouter")
+ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_slurm", node=SlurmGridLauncherConf,
+                             provider="skillrouter")

@@ -1,0 +1,1 @@
+"""The stage cache: checksummed entries keyed by what defines them, locks, integrity checks."""

@@ -1,0 +1,257 @@
+"""One grid cell: its stage graph made sure of, then its scoring sink, which writes the run directory.
+
+Where the graph's stages come from depends on how the cell runs:
+
+* a single run (``launch.py`` without ``-m``), or a job of cell-level dispatch: the cell builds its
+  own graph here, in topological order (a stage another job is building is waited for);
+* stage-level dispatch (the grid launchers' default): the launcher has built the grid's stages
+  already, in this process or as SLURM jobs; the cell builds only its cheap missing inputs and, where
+  a stage is missing, fails naming the stage the failure came from.
+
+Every cell writes ``status.json`` when it starts and ``metrics.json`` (with its status) when it ends,
+from inside the job, so a grid's state can be read from disk whatever the launcher did. A failing
+cell records its error and never touches another cell's files.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from ..cache.store import StageCache, StageRecord, record_dict
+from ..data import Dataset, load_descriptions
+from ..data.jsonl import atomic_write_json, read_json
+from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
+from ..models import respect_cpu_allocation
+from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
+from ..stages.graph import Stage, StageFile, dataset_at
+from ..stages.training import FN_FILTER
+from ..tracking import make_tracker
+from .compose import CellGraph, compose_cell
+from .execute.build import Builder, MissingInput, StageFailed
+from .execute.local import LocalExecutor
+from .execute.slurm_jobs import job_state, stepd_reason
+from .journal import StageJournal
+from .llm_server import LLMServer
+from .provenance import provenance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GridRun:
+    """What a grid launcher tells its cells: their graphs (composed once, for the whole grid), how the
+    stages are dispatched (``stage``: built already; ``cell``: each cell builds its own), the sweep
+    folder (the journal) and, per stage key, the cell it is built for and the SLURM job building it."""
+
+    sweep_dir: str
+    dispatch: str
+    graphs: dict[int, CellGraph]
+    built_for: dict[str, int] = field(default_factory=dict)
+    jobs: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)  # per stage key, its job's stderr
+
+
+_grid: contextvars.ContextVar[GridRun | None] = contextvars.ContextVar("grid", default=None)
+
+
+@contextlib.contextmanager
+def grid_run(grid: GridRun) -> Iterator[None]:
+    """Run the cells inside this block as cells of ``grid``."""
+    token = _grid.set(grid)
+    try:
+        yield
+    finally:
+        _grid.reset(token)
+
+
+def make_cache(cfg: DictConfig) -> StageCache:
+    return StageCache(cfg.cache_dir, stale_after=cfg.cache_lock_stale_s, verify_after_days=cfg.cache_verify_after_days)
+
+
+def file_path(ref: Any, cache: StageCache) -> Any:
+    """A user's path as it is; a stage's file as its path in the cache."""
+    return str(cache.entry(ref.stage.kind, ref.stage.key) / ref.name) if isinstance(ref, StageFile) else ref
+
+
+def _root_cause(missing: Stage, grid: GridRun, journal: StageJournal) -> StageFailed:
+    """Why ``missing`` is not in the cache: the first failed stage upstream of it (the journal says), else
+    the stage whose job died while building it (still ``running``), with SLURM's account of that job."""
+    stack, seen, running = [missing], set(), []
+    while stack:
+        stage = stack.pop()
+        if stage.key in seen:
+            continue
+        seen.add(stage.key)
+        rec = journal.read(stage) or {}
+        if rec.get("state") == "failed":
+            return StageFailed(stage, rec.get("error", "failed"))
+        if rec.get("state") == "running":
+            running.append(stage)
+        stack.extend(stage.upstream())
+    stage = running[-1] if running else missing
+    job = grid.jobs.get(stage.key)
+    if not job:
+        return StageFailed(stage, "it was never built")
+    said = stepd_reason(grid.logs.get(stage.key))
+    return StageFailed(stage, f"its SLURM job {job} ended without building it: {job_state(job)}" + (f": {said}" if said else ""))
+
+
+class CellRun:
+    """The stages and scoring of one cell, with the records ``metrics.json`` lists."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, grid: GridRun | None):
+        self.cfg, self.run_dir, self.grid = cfg, run_dir, grid
+        self.cache = make_cache(cfg)
+        self.job = HydraConfig.get().job.num if grid else None
+        self.graph = grid.graphs[self.job] if grid and self.job in grid.graphs else compose_cell(cfg)
+        self.journal = StageJournal(grid.sweep_dir) if grid else None
+        self.builder = Builder(self.cache, self.journal, progress=cfg.progress, user=str(run_dir))
+
+    def build(self) -> None:
+        """Make sure every stage the sink reads is in the cache (see the module docstring)."""
+        if self.grid is None or self.grid.dispatch == "cell":
+            server = None if self.grid else LLMServer(OmegaConf.to_container(self.cfg.llm, resolve=True), self.cfg.cache_dir)
+            executor = LocalExecutor(self.builder, fail_fast=self.grid is None, server=server)
+            outcomes = executor.run([self.graph.sink])
+            failure = next((o.failure for o in outcomes.values() if o.failure), None)
+            if failure:
+                raise failure
+            return
+        try:
+            self.builder.ensure_inputs(self.graph.sink)
+        except MissingInput as missing:
+            raise _root_cause(missing.stage, self.grid, self.journal) from None
+
+    def stage_records(self) -> dict[str, dict[str, Any]]:
+        """Per stage name: its key, whether this cell reused it, and the seconds it took. A stage the grid
+        built counts as built by the first cell that uses it, and as reused by the others."""
+        return {name: self._record(stage) for name, stage in self.graph.named.items()}
+
+    def _record(self, stage: Stage) -> dict[str, Any]:
+        own = self.builder.records.get(stage.key)  # what this cell got or built itself
+        if own and not own.cached:
+            return record_dict(own)
+        if self.grid and self.grid.dispatch == "stage" and self.grid.built_for.get(stage.key) == self.job:
+            journaled = self.journal.read(stage) or {}
+            if journaled.get("state") == "built":
+                return {"key": stage.key, "cached": False, "seconds": float(journaled.get("seconds", 0.0))}
+        return record_dict(own) if own else {"key": stage.key, "cached": True, "seconds": 0.0}
+
+    def score(self, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+        sink, cache = self.graph.sink, self.cache
+        dataset = dataset_at(str(cache.entry(sink.inputs["data"].kind, sink.inputs["data"].key)))
+        rankings = read_rankings(cache.entry(sink.inputs["rankings"].kind, sink.inputs["rankings"].key) / "rankings.jsonl")
+        oracle_path = file_path(self.graph.oracle, cache)
+        atomic_write_json(self.run_dir / "rendered_examples.json",
+                          rendered_examples(self.graph, dataset, load_descriptions(oracle_path) if oracle_path else None))
+        ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
+        data = {k: file_path(v, cache) for k, v in self.graph.data.items()}
+        t0 = time.perf_counter()
+        result, rows = score_rankings(self.cfg, self.run_dir, dataset, ordered, choices, data)
+        evaluate = StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path="")
+        if "mine_negatives" in sink.inputs:
+            negatives = sink.inputs["mine_negatives"]
+            atomic_write_json(self.run_dir / FN_FILTER, read_json(cache.entry(negatives.kind, negatives.key) / FN_FILTER))
+        if "train_pairs" in sink.inputs:
+            pairs = cache.manifest(sink.inputs["train_pairs"].kind, sink.inputs["train_pairs"].key)
+            for reason, n in pairs.get("skipped", {}).items():
+                result["data"]["skipped"][reason] = result["data"]["skipped"].get(reason, 0) + n
+                result["data"]["skip_examples"].setdefault(reason, pairs["skip_examples"][reason])
+        stages = self.stage_records()
+        result["stages"] = {**stages, "evaluate": record_dict(evaluate)}
+        noted = [r["quarantined"] for s in self.graph.stages() if self.journal
+                 for r in [self.journal.read(s) or {}] if "quarantined" in r]
+        result["cache"] = {"quarantined": [*noted, *(q for q in cache.quarantined if q not in noted)]}
+        result["synth"] = {role.removeprefix("synth:"): {"key": s.key, "cached": stages.get(s.kind, {}).get("cached", True),
+                                                         **cache.manifest(s.kind, s.key)["report"],
+                                                         "usage": cache.manifest(s.kind, s.key)["usage"]}
+                           for role, s in sink.inputs.items() if role.startswith("synth:")}
+        return result, rows
+
+
+def rendered_examples(graph: CellGraph, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Any]:
+    """The exact text of one skill and one query as each stage saw them: prompt wording is never ambiguous."""
+    skill, query = dataset.skills[0], dataset.queries[0]
+    enc, rr = graph.texts["encoder"], graph.texts["reranker"]
+    return {"skill": {"id": skill.id, "encoder": enc.skill(skill, oracle), "reranker": rr.skill(skill, oracle)},
+            "query": {"id": query.id, "encoder": enc.query(query.text), "reranker": rr.query(query.text)}}
+
+
+def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    """Run one cell end to end; return the ``metrics.json`` payload and the per-query metrics."""
+    t0 = time.perf_counter()
+    cell = CellRun(cfg, run_dir, _grid.get())
+    cell.build()
+    result, rows = cell.score(choices)
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result, rows
+
+
+def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
+                   data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict]]:
+    """Score a set of rankings (one per query, in query order) under the ``eval`` config, a cell's own
+    or an external system's (``eval.score``): writes ``rankings.jsonl``, ``predictions.json`` and
+    ``per_query.json`` to ``run_dir`` and returns the ``metrics.json`` payload and the per-query rows."""
+    write_rankings(run_dir / "rankings.jsonl", ordered)
+    write_predictions(run_dir / "predictions.json", ordered)
+    metrics_spec = parse_metrics(cfg.eval.metrics)
+    breakdown = list(cfg.eval.breakdown)
+    by_qid = {r.qid: r.ids for r in ordered}
+    rows = per_query_rows(by_qid, dataset.queries, metrics_spec)
+    metrics, counts = aggregate_rows(rows, dataset.queries, metrics_spec, breakdown)
+    atomic_write_json(run_dir / "per_query.json", rows)
+    return {
+        "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
+        "recall_curve": [round(r, 6) for r in recall_curve(by_qid, dataset.queries)],
+        "eval": {"metrics": [m.name for m in metrics_spec], "breakdown": breakdown},
+        "data": {"config": data, "tier": OmegaConf.to_container(cfg.tier), "n_skills": len(dataset.skills),
+                 "skipped": dict(dataset.report.skipped), "skip_examples": dict(dataset.report.examples)},
+    }, rows
+
+
+def failure_record(choices: dict[str, str], exc: BaseException) -> dict[str, Any]:
+    """``metrics.json`` of a failed cell: the error, and the stage it came from when it came from one."""
+    if isinstance(exc, StageFailed):
+        return {"choices": choices, "status": "failed", "error": str(exc),
+                "failed_stage": {"stage": exc.stage.kind, "key": exc.stage.key, "error": exc.error}}
+    return {"choices": choices, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str,
+             evaluate: Callable[[DictConfig, Path, dict[str, str]], tuple[dict, dict]] = evaluate_cell) -> dict[str, Any]:
+    """Run a cell (``evaluate``: a grid cell, or scoring an external prediction file) and record its
+    status; failures are written, logged in one line and re-raised."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    respect_cpu_allocation()
+    atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
+    atomic_write_json(run_dir / "provenance.json", provenance(cfg))
+    tracker = make_tracker(cfg)
+    tracker.start(cfg, choices, run_dir, group)
+    try:
+        result, rows = evaluate(cfg, run_dir, choices)
+        tracker.log_result(result, rows)
+    except Exception as exc:
+        tracker.finish(failed=True)
+        cause = exc.cause if isinstance(exc, StageFailed) and exc.cause else exc
+        (run_dir / "error.txt").write_text("".join(traceback.format_exception(cause)))
+        failed = failure_record(choices, exc)
+        atomic_write_json(run_dir / "metrics.json", failed)
+        atomic_write_json(run_dir / "status.json", {**failed, "ended": time.time()})
+        log.error("cell failed: %s (traceback in %s)", failed["error"], run_dir / "error.txt")
+        raise
+    tracker.finish()
+    atomic_write_json(run_dir / "metrics.json", result)
+    atomic_write_json(run_dir / "status.json", {"status": "completed", "ended": time.time(), "choices": choices,
+                                                "stages": result["stages"]})
+    headline = " ".join(f"{k}={v:.4f}" for k, v in list(result["metrics"].items())[:3] if v is not None)
+    log.info("%s (n=%d) -> %s", headline, result["n_queries"], run_dir / "metrics.json")
+    return result

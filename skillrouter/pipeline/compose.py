@@ -1,0 +1,272 @@
+"""A cell's config composed into its stage graph, with no model loaded and no data parsed: the sink is
+the cell's scoring, every other node a :class:`~skillrouter.stages.graph.Stage` whose key follows from
+the config and the content of the user's files.
+
+    data ─ builtin | release | files | synth:<stage> ─► load_data ─┬─► [train encoder: embed base pool,
+                                                                    │    mine (semantic, lexical), train]
+                                                                    ├─► embed pool ─► retrieve ─┐
+                                                                    └─► [train reranker] ─► score pairs ─► rerank ─► score
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..data import DataError, builtin
+from ..data.download import ensure_release
+from ..fields import Caps, TextSpec
+from ..rerank.scorers import RerankerSpec
+from ..retrieval.dense import EncoderSpec
+from ..stages.data import builtin_data, builtin_file, load_data, train_pairs, training_subset
+from ..stages.graph import FileRef, Stage, StageFile, walk
+from ..stages.reranking import judge_rerank, rerank, score_pairs
+from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_dense
+from ..stages.synthesis import output, synthesis
+from ..stages.training import encoder_training, mine, reranker_training
+from ..synth.prompts import template
+from ..train.encoder import EncoderLoss
+from ..train.loop import TrainConfig
+from ..train.negatives import NegativeCounts
+
+RELEASE_SOURCES = ("skillrouter_core", "r3_skill")
+SYNTH_PREFIX = "synth:"
+BM25_MINING = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
+
+
+def reference(value: Any) -> str | None:
+    """The stage a ``data.*`` value names (``synth:<stage>``), else None."""
+    return value[len(SYNTH_PREFIX):] if isinstance(value, str) and value.startswith(SYNTH_PREFIX) else None
+
+
+def _stage_model(section: DictConfig) -> DictConfig:
+    """The model config a stage runs: a trained preset's ``base``, else the preset itself."""
+    return section.base if section.kind == "trained" else section
+
+
+def _caps(section: DictConfig, default: DictConfig) -> Caps:
+    """A preset's own ``caps`` (a released checkpoint's evaluator budget) win over the global ones."""
+    caps = section.caps if "caps" in section else default
+    return Caps(description=caps.description, body=caps.body)
+
+
+def encoder_text(cfg: DictConfig) -> TextSpec:
+    enc = _stage_model(cfg.encoder)
+    return TextSpec(mode=cfg.fields.mode, style=enc.get("text_style", "joined"), caps=_caps(enc, cfg.caps.encoder),
+                    query_cap=enc.query_cap if "query_cap" in enc else cfg.caps.query,
+                    query_instruction=enc.get("query_instruction", ""))
+
+
+def reranker_text(cfg: DictConfig) -> TextSpec:
+    rr = _stage_model(cfg.reranker)
+    prompt_format = rr.get("prompt_format", "qwen3")
+    return TextSpec(mode=cfg.fields.mode, style="joined" if prompt_format == "qwen3" else "skillrouter",
+                    caps=_caps(rr, cfg.caps.reranker), query_cap=rr.query_cap if "query_cap" in rr else cfg.caps.query,
+                    prompt_format=prompt_format)
+
+
+def encoder_spec(enc: DictConfig) -> EncoderSpec:
+    enc = _stage_model(enc)
+    return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
+                       query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
+                       batch_size=enc.batch_size, padding_side=enc.get("padding_side"),
+                       trust_remote_code=enc.get("trust_remote_code", False), backend=enc.get("backend", "torch"),
+                       max_tokens=enc.get("max_tokens"))
+
+
+def reranker_spec(rr: DictConfig) -> RerankerSpec:
+    return RerankerSpec(model=rr.model, head=rr.head, max_length=rr.max_length, instruction=rr.instruction,
+                        batch_size=rr.batch_size, prompt_format=rr.get("prompt_format", "qwen3"),
+                        body_max_tokens=rr.get("body_max_tokens", 4096), trust_remote_code=rr.get("trust_remote_code", False))
+
+
+def _plain(section: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
+
+
+@dataclass
+class CellGraph:
+    """One cell: its scoring sink, its stages by the names ``metrics.json`` lists them under, the data
+    slice it reads (for ``metrics.json``, so ``rescore`` reloads exactly that), and how it renders text
+    (for ``rendered_examples.json``)."""
+
+    sink: Stage
+    named: dict[str, Stage]
+    data: dict[str, Any]
+    texts: dict[str, TextSpec]
+    oracle: FileRef | None = None
+    pair_groups: dict[str, int] = field(default_factory=dict)  # score_pairs identity (but depth) -> this cell's topk
+
+    def stages(self) -> list[Stage]:
+        """Every stage of the cell but its sink, inputs first."""
+        return [s for s in walk([self.sink]) if not s.virtual]
+
+
+class CellComposer:
+    """Turns one composed config into its :class:`CellGraph`. ``depths``: per score_pairs identity, how
+    deep the grid scores pairs (its deepest ``topk``), so cells that differ in ``topk`` share the scores."""
+
+    def __init__(self, cfg: DictConfig, depths: Mapping[str, int] | None = None):
+        self.cfg, self.depths = cfg, depths or {}
+        self.named: dict[str, Stage] = {}
+        self.pair_groups: dict[str, int] = {}
+        self.data = self._resolve_data()
+
+    def record(self, name: str, stage: Stage) -> Stage:
+        """Name ``stage`` in the cell (``metrics.json`` lists stages by these names); a name is one stage."""
+        if self.named.setdefault(name, stage).key != stage.key:
+            raise ValueError(f"two stages named {name!r} in one cell")
+        return stage
+
+    # -- data --------------------------------------------------------------------------------------
+    def _resolve_data(self) -> dict[str, Any]:
+        cfg = self.cfg
+        data: dict[str, Any] = _plain(cfg.data)
+        self.builtin: dict[str, StageFile] = {}
+        if data.get("builtin"):
+            generated = self.record("builtin_data", builtin_data(data["builtin"]))
+            self.builtin = {k: builtin_file(generated, k) for k in builtin.FILES}
+            data.update({k: v for k, v in self.builtin.items() if not data.get(k)}, source="files")
+        if data.get("source") in RELEASE_SOURCES and not data.get("root"):
+            data["root"] = str(ensure_release(data["source"], cfg.data_dir))
+        self.data = data
+        for key in ("pool", "queries"):  # SkillBench-Supp replaces the benchmark itself
+            if reference(data.get(key)):
+                data[key] = self._synth(data[key], self._supp_source)
+        if cfg.tier.distractors and reference(data.get("distractors")):
+            data["distractors"] = self._synth(data["distractors"], self.base)
+        return data
+
+    def _synth(self, value: str, base: Callable[[], Stage]) -> StageFile:
+        name = reference(value)
+        prompts_dir = self.cfg.synth.get("prompts_dir")
+        stage = synthesis(name, _plain(self.cfg.synth), lambda n: template(n, prompts_dir), _plain(self.cfg.llm), base())
+        self.record(stage.kind, stage)
+        if "embeddings" in stage.inputs:
+            self.record("embed_pool_synth", stage.inputs["embeddings"])
+        return output(name, stage)
+
+    def _supp_source(self) -> Stage:
+        source = _plain(self.cfg.synth.get("source") or OmegaConf.create({}))
+        files = {"source": "files", "pool": source.get("pool") or self.builtin.get("pool"),
+                 "queries": source.get("queries") or self.builtin.get("queries")}
+        return self.record("load_data_supp", load_data(files, "easy", False))
+
+    def base(self) -> Stage:
+        """The dataset training and generation read: this cell's data without Hard-tier additions."""
+        return self.record("load_data_base", load_data(self.data, "easy", False))
+
+    def dataset(self) -> Stage:
+        return self.record("load_data", load_data(self.data, self.cfg.tier.name, bool(self.cfg.tier.distractors)))
+
+    def file(self, key: str) -> FileRef | None:
+        """A path-valued input (``train_pairs``, ``oracle_nd``), a generation stage's file if it is a synth reference."""
+        if reference(self.data.get(key)):
+            self.data[key] = self._synth(self.data[key], self.base)
+        return self.data.get(key)
+
+    def oracle(self) -> FileRef | None:
+        if self.cfg.fields.mode != "oracle_nd":
+            return None
+        ref = self.file("oracle_nd")
+        if not ref:
+            raise DataError("config", None, "data.oracle_nd", "fields=oracle_nd needs a JSONL of {id, description}")
+        return ref
+
+    def pairs(self) -> Stage:
+        ref = self.file("train_pairs")
+        if not ref:
+            raise DataError("config", None, "data.train_pairs", "training needs a pairs JSONL ({query, skill_id(s)})")
+        return self.record("train_pairs", train_pairs(ref, self.base(), self.cfg.data.on_error))
+
+    # -- retrieval and training --------------------------------------------------------------------
+    def _dense_pool(self, spec: EncoderSpec, data: Stage, subset: str, role: str, model: Stage | None
+                    ) -> tuple[Stage, Stage | None]:
+        onnx_role = role.replace("embed_pool", "export_onnx")
+        onnx = self.record(onnx_role, export_onnx(spec, model)) if spec.backend != "torch" else None
+        pool = embed_pool(spec, encoder_text(self.cfg), data, subset, self.oracle(), model, onnx, self.cfg.embed.shards)
+        for i, shard in enumerate(pool.after):
+            self.record(f"{role}/shard{i}", shard)
+        return self.record(role, pool), onnx
+
+    def _retrieval(self, enc: DictConfig, data: Stage, subset: str, queries: str, k: int, pool_role: str,
+                   model: Stage | None = None) -> Stage:
+        """Top-k of ``data``'s pool with ``enc`` (BM25 or dense; ``model``: its fine-tuned weights)."""
+        text = encoder_text(self.cfg)
+        pairs = self.pairs() if queries == "training" else None
+        if enc.kind == "bm25":
+            return retrieve_bm25(_plain(enc), text, text, data, subset, k, queries, pairs, self.oracle())
+        if enc.kind != "dense":
+            raise ValueError(f"encoder.kind must be bm25, dense or trained, got {enc.kind!r}")
+        spec = encoder_spec(enc)
+        pool, onnx = self._dense_pool(spec, data, subset, pool_role, model)
+        return retrieve_dense(spec, text, pool, data, k, queries, pairs, model, onnx)
+
+    def trained_encoder(self) -> Stage:
+        """Mine negatives with the base encoder and BM25 over the training pool, filter them, fine-tune."""
+        cfg, enc = self.cfg, self.cfg.encoder
+        if enc.base.kind != "dense":
+            raise ValueError("encoder=trained needs a dense encoder.base")
+        base, pairs, text, spec = self.base(), self.pairs(), encoder_text(cfg), encoder_spec(enc.base)
+        subset, depth = training_subset(base), enc.negatives.depth
+        base_pool, onnx = self._dense_pool(spec, base, subset, "embed_pool_base", None)
+        semantic = self.record("mine_semantic", retrieve_dense(spec, text, base_pool, base, depth, "training", pairs,
+                                                               onnx=onnx))
+        lexical_query = TextSpec(mode=cfg.fields.mode, query_cap=text.query_cap)
+        lexical = self.record("mine_lexical", retrieve_bm25(BM25_MINING, text, lexical_query, base, subset, depth,
+                                                            "training", pairs, self.oracle()))
+        negatives = self.record("mine_negatives", mine(NegativeCounts(**enc.negatives), _plain(cfg.fn_filter), cfg.seed,
+                                                       base, pairs, semantic, lexical, base_pool))
+        training = encoder_training(spec, EncoderLoss(**enc.loss), TrainConfig(**enc.train, seed=cfg.seed), text, text,
+                                    base, pairs, negatives, self.oracle())
+        return self.record("train_encoder", training)
+
+    def encoder(self) -> tuple[DictConfig, Stage | None]:
+        """The cell's first-stage encoder config and its fine-tuned weights (None: used as it is)."""
+        if self.cfg.encoder.kind == "trained":
+            return self.cfg.encoder.base, self.named.get("train_encoder") or self.trained_encoder()
+        return self.cfg.encoder, None
+
+    # -- reranking ---------------------------------------------------------------------------------
+    def reranked(self, retrieval: Stage, dataset: Stage) -> Stage:
+        """Each query's top ``topk`` reordered by the configured reranker (fine-tuned first if asked)."""
+        cfg, rr = self.cfg, self.cfg.reranker
+        text = reranker_text(cfg)
+        if rr.kind == "llm_judge":
+            return self.record("rerank", judge_rerank(_plain(rr), cfg.topk, text, text, retrieval, dataset, self.oracle()))
+        model = None
+        if rr.kind == "trained":
+            base, (enc, enc_model) = self.base(), self.encoder()
+            candidates = self.record("reranker_candidates", self._retrieval(
+                enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
+            model = self.record("train_reranker", reranker_training(
+                reranker_spec(rr.base), _plain(cfg.loss), TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, text,
+                base, self.pairs(), candidates, self.oracle()))
+        spec, trained = reranker_spec(_stage_model(rr)), rr.kind == "trained"
+        identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle()).key
+        self.pair_groups[identity] = cfg.topk
+        depth = max(self.depths.get(identity, cfg.topk), cfg.topk)
+        scores = self.record("score_pairs", score_pairs(spec, trained, depth, text, text, retrieval, dataset, model,
+                                                        self.oracle()))
+        return self.record("rerank", rerank(cfg.topk, scores, retrieval))
+
+    # -- the cell ----------------------------------------------------------------------------------
+    def graph(self) -> CellGraph:
+        cfg = self.cfg
+        dataset = self.dataset()
+        enc, model = self.encoder()
+        retrieval = self.record("retrieve", self._retrieval(enc, dataset, "all", "benchmark", cfg.retrieve_k, "embed_pool",
+                                                            model))
+        rankings = retrieval if cfg.reranker.kind == "none" else self.reranked(retrieval, dataset)
+        extras = {name: self.named[name] for name in ("train_pairs", "mine_negatives") if name in self.named}
+        extras.update({f"synth:{s.kind}": s for s in self.named.values() if s.resource == "llm" and s.kind != "rerank"})
+        sink = Stage("score", None, {"eval": {"metrics": list(cfg.eval.metrics), "breakdown": list(cfg.eval.breakdown)}},
+                     inputs={"rankings": rankings, "data": dataset, **extras}, cheap=True)
+        return CellGraph(sink=sink, named=dict(self.named), data=self.data,
+                         texts={"encoder": encoder_text(cfg), "reranker": reranker_text(cfg)},
+                         oracle=self.oracle(), pair_groups=self.pair_groups)
+
+
+def compose_cell(cfg: DictConfig, depths: Mapping[str, int] | None = None) -> CellGraph:
+    return CellComposer(cfg, depths).graph()

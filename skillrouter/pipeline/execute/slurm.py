@@ -1,0 +1,266 @@
+"""Stage-level SLURM dispatch: each stage to build is one submitit job (or one task of a job array) with
+the resources of its class, and ``--dependency=afterok`` on the jobs that build its inputs. SLURM does
+the scheduling; this module only turns the plan into submissions.
+
+* A *unit* is what one job builds: a non-cheap stage, plus the cheap GPU stages that follow it (a
+  dense retrieval right after the pool embedding it reads). Cheap CPU stages (a parsed dataset, a
+  reorder by pair scores already computed) run inside whichever job reads them first; a cell's scoring
+  and run directory are written by one small CPU array job at the end (``afterany``: a cell whose stage
+  failed is scored as failed, naming it).
+* Sibling units — same stage kind, same resources, same dependency jobs — go out as one job array.
+* Every job is submitted with ``--kill-on-invalid-dep=yes``: when a stage fails, SLURM cancels what
+  depends on it, so nothing stays pending on a dependency that can never be met.
+* Jobs requeue on timeout or preemption (``max_num_timeout``) and resume through the cache and their
+  training checkpoints.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ...cache.store import StageCache
+from ...models import respect_cpu_allocation
+from ...progress import quiet_library_bars
+from ...stages.graph import Stage
+from ..journal import TERMINAL, StageJournal
+from ..plan import GridPlan
+from .build import Builder
+from .slurm_jobs import job_state
+
+log = logging.getLogger(__name__)
+RESOURCE_KEYS = ("gpus", "cpus", "mem_gb", "timeout_min", "partition")
+SCORE_KIND, CELL_KIND = "score", "cell"  # the job kinds of a cell: its scoring (stage dispatch), its whole graph (cell)
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+@dataclass
+class Unit:
+    """The stages one job builds, primary first; ``deps``: the units building their inputs."""
+
+    stages: list[Stage]
+    deps: list[int] = field(default_factory=list)
+
+    @property
+    def primary(self) -> Stage:
+        return self.stages[0]
+
+    @property
+    def label(self) -> str:
+        return " + ".join(s.label for s in self.stages)
+
+
+def plan_units(plan: GridPlan) -> list[Unit]:
+    """The plan's stages to build, grouped into units (see the module docstring), inputs first."""
+    todo = {p.stage.key: p.stage for p in plan.to_build()}
+    units: list[Unit] = []
+    unit_of: dict[str, int] = {}
+    for stage in todo.values():  # inputs first, so a unit's dependencies exist before it does
+        if stage.cheap and stage.resource == "cpu":
+            continue  # runs inside the job that first reads it
+        host = _host(stage, todo, unit_of, units) if stage.cheap else None
+        if host is None:
+            host = len(units)
+            units.append(Unit([]))
+        units[host].stages.append(stage)
+        units[host].deps = sorted((set(units[host].deps) | _producers(stage, todo, unit_of)) - {host})
+        unit_of[stage.key] = host
+    return units
+
+
+def _producers(stage: Stage, todo: Mapping[str, Stage], unit_of: Mapping[str, int]) -> set[int]:
+    """The units building what ``stage`` reads, looking through the cheap CPU stages it builds itself."""
+    out: set[int] = set()
+    for up in stage.upstream():
+        if up.key not in todo:
+            continue
+        if up.key in unit_of:
+            out.add(unit_of[up.key])
+        else:
+            out |= _producers(up, todo, unit_of)
+    return out
+
+
+def _host(stage: Stage, todo: Mapping[str, Stage], unit_of: Mapping[str, int], units: list[Unit]) -> int | None:
+    """The unit a cheap GPU stage can follow: one building an input of the same resource class, whose
+    job has every other input of the stage by then (built before it, or in it)."""
+    producers = _producers(stage, todo, unit_of)
+    for i in sorted(producers, reverse=True):
+        if units[i].primary.resource != stage.resource:
+            continue
+        before = _ancestors(i, units)
+        if producers - {i} <= before:
+            return i
+    return None
+
+
+def _ancestors(i: int, units: list[Unit]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(units[i].deps)
+    while stack:
+        j = stack.pop()
+        if j not in seen:
+            seen.add(j)
+            stack.extend(units[j].deps)
+    return seen
+
+
+def resources_for(stage_kind: str, resource: str, classes: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's resources: its class (``resources.gpu|cpu|llm``), then the stage kind's own overrides
+    (``resources.kinds.<kind>``)."""
+    merged = {k: (classes.get(resource) or {}).get(k) for k in RESOURCE_KEYS}
+    merged.update({k: v for k, v in ((classes.get("kinds") or {}).get(stage_kind) or {}).items() if k in RESOURCE_KEYS})
+    return merged
+
+
+def submitit_parameters(base: Mapping[str, Any], res: Mapping[str, Any], name: str, dependency: str | None
+                        ) -> dict[str, Any]:
+    """``update_parameters`` keywords for one job: the launcher's settings, overridden by the job's
+    resources; every job is killed by SLURM when a dependency can never be met."""
+    extra = {**(base.get("additional_parameters") or {}), "kill-on-invalid-dep": "yes"}
+    params: dict[str, Any] = {
+        "name": name, "timeout_min": res.get("timeout_min") or base.get("timeout_min"),
+        "cpus_per_task": res.get("cpus") or base.get("cpus_per_task"), "gpus_per_node": res.get("gpus"),
+        "mem_gb": res.get("mem_gb") if res.get("mem_gb") is not None else base.get("mem_gb"),
+        "tasks_per_node": base.get("tasks_per_node", 1), "nodes": base.get("nodes", 1),
+        "stderr_to_stdout": base.get("stderr_to_stdout", False),
+        "slurm_partition": res.get("partition") or base.get("partition"),
+        "slurm_additional_parameters": extra, "slurm_array_parallelism": base.get("array_parallelism", 256),
+        "slurm_signal_delay_s": base.get("signal_delay_s", 120),
+    }
+    for key in ("qos", "account", "constraint", "exclude", "comment", "setup"):
+        if base.get(key):
+            params[f"slurm_{key}"] = base[key]
+    if dependency:
+        params["slurm_dependency"] = dependency
+    return params
+
+
+def make_executor(folder: str, params: Mapping[str, Any], classes: Mapping[str, Any], kind: str, resource: str,
+                  dependency: str | None = None, name: str | None = None):
+    """A submitit executor for one job (or array) of ``kind`` with the resources of its class."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=params.get("max_num_timeout", 0))
+    executor.update_parameters(**submitit_parameters(params, resources_for(kind, resource, classes), name or f"sr-{kind}",
+                                                     dependency))
+    return executor
+
+
+@dataclass
+class StageJob:
+    """What a stage job runs: its unit's stages, each after its cheap missing inputs, journaled."""
+
+    cache_dir: str
+    sweep_dir: str
+    progress: bool = True
+    stale_after: float = 300.0
+    verify_after_days: float | None = 7.0
+
+    def __call__(self, unit: Unit) -> dict[str, str]:
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout, force=True)
+        respect_cpu_allocation()
+        quiet_library_bars()
+        job_id = os.environ.get("SLURM_ARRAY_JOB_ID", "") and f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+        builder = Builder(StageCache(self.cache_dir, self.stale_after, self.verify_after_days), StageJournal(self.sweep_dir),
+                          self.progress, user=self.sweep_dir, job_id=job_id or os.environ.get("SLURM_JOB_ID"))
+        done: set[str] = set()
+        for n, stage in enumerate(unit.stages):
+            try:
+                builder.ensure_inputs(stage, done)
+            except Exception as exc:
+                for left in unit.stages[n:]:
+                    builder.journal.write(left, "cancelled", job_id=builder.job_id, error=f"an input failed: {exc}")
+                raise
+            builder.build(stage)
+            done.add(stage.key)
+        return {s.key: "built" for s in unit.stages}
+
+    def checkpoint(self, unit: Unit) -> Any:
+        """Requeued on timeout or preemption: the same unit again (training resumes from its checkpoint)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, unit)
+
+
+@dataclass
+class Submitted:
+    units: list[Unit]
+    jobs: dict[int, Any]  # unit index -> submitit job
+
+    def job_ids(self) -> dict[str, str]:
+        """Per stage key, the id of the job building it."""
+        return {s.key: str(self.jobs[i].job_id) for i, u in enumerate(self.units) for s in u.stages}
+
+    def job_logs(self) -> dict[str, str]:
+        """Per stage key, the stderr file of the job building it."""
+        return {s.key: str(self.jobs[i].paths.stderr) for i, u in enumerate(self.units) for s in u.stages}
+
+
+class SlurmStageDispatch:
+    """Submits a plan's units in waves: a unit goes out once every unit it depends on has a job id."""
+
+    def __init__(self, folder: str, params: Mapping[str, Any], classes: Mapping[str, Any], job: StageJob):
+        self.folder, self.params, self.classes, self.job = folder, params, classes, job
+
+    def submit(self, units: list[Unit]) -> Submitted:
+        """Submit every unit; a refused submission raises submitit's ``FailedJobError`` with the units
+        of that submission in ``exc.units`` (those already submitted are in ``exc.submitted``)."""
+        import submitit
+
+        jobs: dict[int, Any] = {}
+        waiting = list(range(len(units)))
+        while waiting:
+            ready = [i for i in waiting if all(d in jobs for d in units[i].deps)]
+            groups: dict[tuple, list[int]] = defaultdict(list)
+            for i in ready:
+                u = units[i]
+                deps = tuple(sorted(str(jobs[d].job_id) for d in u.deps))
+                res = resources_for(u.primary.kind, u.primary.resource, self.classes)
+                groups[(u.primary.kind, u.primary.resource, tuple(sorted(res.items(), key=str)), deps)].append(i)
+            for (kind, resource, _, deps), members in groups.items():
+                executor = make_executor(self.folder, self.params, self.classes, kind, resource,
+                                         "afterok:" + ":".join(deps) if deps else None)
+                try:
+                    submitted = (executor.map_array(self.job, [units[i] for i in members]) if len(members) > 1
+                                 else [executor.submit(self.job, units[members[0]])])
+                except submitit.core.utils.FailedJobError as exc:
+                    exc.units, exc.submitted = [units[i] for i in members], list(jobs.values())  # type: ignore[attr-defined]
+                    raise
+                for i, job in zip(members, submitted):
+                    jobs[i] = job
+                    log.info("submitted %s as SLURM job %s (%s)", units[i].label, job.job_id, resource)
+            waiting = [i for i in waiting if i not in jobs]
+        return Submitted(units, jobs)
+
+
+def reconcile(submitted: Submitted, journal: StageJournal) -> None:
+    """Journal the stages whose jobs ended without saying so themselves (cancelled by SLURM when an
+    input failed, killed over a limit), with SLURM's account of the job."""
+    for i, unit in enumerate(submitted.units):
+        job = submitted.jobs[i]
+        for stage in unit.stages:
+            rec = journal.read(stage) or {}
+            if rec.get("state") not in TERMINAL:
+                state = job_state(str(job.job_id))
+                journal.write(stage, "cancelled" if state.startswith("CANCELLED") else "failed", job_id=str(job.job_id),
+                              error=f"SLURM job {job.job_id}: {state}")
+
+
+def wait_all(jobs: Sequence[Any], poll_s: float = 1.0, force_every_s: float = 10.0) -> None:
+    """Block until every job has ended, whatever its outcome. A job's result file is looked for every
+    ``poll_s``; SLURM is asked every ``force_every_s`` (submitit alone asks at most every few minutes,
+    late for a job SLURM cancelled before it ran, which leaves no result file)."""
+    pending = list(jobs)
+    last_force = time.monotonic()
+    while pending:
+        force = time.monotonic() - last_force >= force_every_s
+        if force:
+            last_force = time.monotonic()
+        pending = [job for job in pending if not job.done(force_check=force)]
+        if pending:
+            time.sleep(poll_s)

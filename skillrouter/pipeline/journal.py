@@ -1,0 +1,66 @@
+"""A grid's journal of stage outcomes: ``<sweep>/.stages/<kind>-<key>.json``, written by whoever runs the
+stage (this process, or the SLURM job that builds it) — ``pending`` with its job id when it is submitted,
+``running`` when it starts, then ``built``,
+``reused``, ``failed`` (with the error) or ``cancelled`` (an input failed, or its job never ran).
+
+Cells read it to say which stage a failure came from and which cell a stage was built for; ``status``
+reads it beside ``plan.json`` to show the stage graph's state with job ids."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from ..data.jsonl import atomic_write_json
+from ..stages.graph import Stage
+
+TERMINAL = ("built", "reused", "failed", "cancelled")
+DIR = ".stages"
+
+
+class StageJournal:
+    def __init__(self, sweep_dir: str | Path):
+        self.root = Path(sweep_dir) / DIR
+
+    def path(self, kind: str, key: str) -> Path:
+        return self.root / f"{kind}-{key}.json"
+
+    def read(self, stage: Stage) -> dict[str, Any] | None:
+        return self.read_key(stage.kind, stage.key)
+
+    def read_key(self, kind: str, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path(kind, key).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write(self, stage: Stage, state: str, **info: Any) -> dict[str, Any]:
+        """Record ``state`` for ``stage``, keeping what earlier writes said (job id, start time)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        record = {**(self.read(stage) or {}), "stage": stage.kind, "key": stage.key, "state": state,
+                  "resource": stage.resource, "cheap": stage.cheap, **info}
+        if state == "running":
+            record.update(started=time.time(), host=socket.gethostname())
+        if state in TERMINAL:
+            record["ended"] = time.time()
+        atomic_write_json(self.path(stage.kind, stage.key), record)
+        return record
+
+    def note(self, stage: Stage, **info: Any) -> None:
+        """Add to ``stage``'s record without changing its state (``pending`` when it has none yet): the
+        job that will build it, a damaged entry of it that was quarantined."""
+        rec = self.read(stage)
+        self.write(stage, rec["state"] if rec else "pending", **info)
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        """Every record, by key."""
+        out = {}
+        for f in sorted(self.root.glob("*.json")):
+            try:
+                rec = json.loads(f.read_text())
+            except json.JSONDecodeError:
+                continue
+            out[rec["key"]] = rec
+        return out

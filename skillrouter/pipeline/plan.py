@@ -1,0 +1,251 @@
+"""A grid's plan, made before anything runs: every cell composed into its graph, the graphs joined into
+one graph of unique stages, each with the cells that use it, its state in the cache (``cached``, to
+``build``, or ``building`` by another job), its resource class and, where an earlier build of the same
+kind exists, an estimated cost (its seconds per item times this stage's items).
+
+``launch.py -m ... plan=true`` prints it and writes it as ``plan.json`` in the sweep directory without
+building or submitting anything; every grid writes it before it runs. The plan also names the
+overrides that change nothing in a grid (no stage of any cell reads them) and the cells that are one
+computation (their sinks have one key)."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..cache.store import StageCache
+from ..data.jsonl import atomic_write_json
+from ..stages.graph import Stage, needed_stages
+from ..stages.kinds import KINDS, readers
+from .compose import CellGraph
+
+PLAN = "plan.json"
+
+
+@dataclass
+class PlannedStage:
+    stage: Stage
+    names: list[str]
+    cells: list[int]
+    state: str  # cached | build | building
+    estimate_s: float | None = None
+
+    @property
+    def to_build(self) -> bool:
+        return self.state != "cached"
+
+
+@dataclass
+class NoOp:
+    """An override whose values give every cell the same computation."""
+
+    key: str
+    values: list[str]
+
+    def why(self) -> str:
+        kinds = readers(self.key)
+        if not kinds:
+            return f"{self.key} is read by no stage"
+        when = list(dict.fromkeys(KINDS[k].runs_with for k in kinds))
+        return f"{self.key} is read only by {', '.join(kinds)} ({' or '.join(when)})"
+
+
+@dataclass
+class GridPlan:
+    cells: dict[int, CellGraph]
+    stages: list[PlannedStage]
+    overrides: dict[int, list[str]] = field(default_factory=dict)
+    noops: list[NoOp] = field(default_factory=list)
+    duplicates: list[list[int]] = field(default_factory=list)
+    broken: dict[int, str] = field(default_factory=dict)  # cells whose config could not be composed
+
+    def to_build(self) -> list[PlannedStage]:
+        return [p for p in self.stages if p.to_build]
+
+    def built_for(self) -> dict[str, int]:
+        """Per stage key, the first cell that uses it: the cell ``metrics.json`` says built it."""
+        return {p.stage.key: min(p.cells) for p in self.stages}
+
+    def totals(self) -> dict[str, Any]:
+        todo = self.to_build()
+        out: dict[str, Any] = {f"{r}_to_build": sum(1 for p in todo if p.stage.resource == r) for r in ("gpu", "cpu", "llm")}
+        out["reused"] = len(self.stages) - len(todo)
+        for r in ("gpu", "cpu", "llm"):
+            known = [p.estimate_s for p in todo if p.stage.resource == r and p.estimate_s is not None]
+            out[f"{r}_estimate_s"] = round(sum(known), 1) if known else None
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cells": sorted(self.cells) + sorted(self.broken),
+            "stages": [{"stage": p.stage.kind, "key": p.stage.key, "names": p.names, "state": p.state,
+                        "resource": p.stage.resource, "cheap": p.stage.cheap, "cells": p.cells,
+                        "estimate_s": p.estimate_s} for p in self.stages],
+            "totals": self.totals(),
+            "noop_overrides": [{"key": n.key, "values": n.values, "why": n.why()} for n in self.noops],
+            "one_computation": self.duplicates,
+            "broken_cells": {str(k): v for k, v in self.broken.items()},
+            "created": time.time(),
+        }
+
+    def write(self, sweep_dir: Path) -> Path:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(sweep_dir / PLAN, self.to_json())
+        return sweep_dir / PLAN
+
+
+def _lock_held(cache: StageCache, stage: Stage) -> bool:
+    lock = cache.root / stage.kind / f"{stage.key}.lock"
+    try:
+        return time.time() - lock.stat().st_mtime < cache.stale_after
+    except FileNotFoundError:
+        return False
+
+
+def _lookup(params: Mapping[str, Any], dotted: str | None) -> float:
+    value: Any = params
+    for part in (dotted.split(".") if dotted else []):
+        value = value.get(part, 1) if isinstance(value, Mapping) else 1
+    return float(value) if isinstance(value, (int, float)) else 1.0
+
+
+def _models(params: Any) -> tuple[str, ...]:
+    """The model names in a stage's params: what an earlier build must share to predict this one's speed."""
+    if isinstance(params, Mapping):
+        return tuple(v for k, v in sorted(params.items()) if k == "model" and isinstance(v, str)) + tuple(
+            m for k, v in sorted(params.items()) if k != "model" for m in _models(v))
+    return ()
+
+
+class Estimator:
+    """Seconds per item of the earlier builds in the cache, per (kind, resource, models)."""
+
+    def __init__(self, cache: StageCache):
+        self.cache = cache
+        self.rates: dict[str, dict[tuple, list[float]]] = {}
+
+    def _history(self, stage: Stage) -> dict[tuple, list[float]]:
+        if stage.kind not in self.rates:
+            rates: dict[tuple, list[float]] = defaultdict(list)
+            for manifest in (self.cache.root / stage.kind).glob("*/manifest.json"):
+                try:
+                    m = json.loads(manifest.read_text())
+                except (OSError, json.JSONDecodeError):
+                    continue
+                times = stage.items.times if stage.items else None
+                work = float(m.get("items") or 0) * _lookup(m.get("params", {}), times)
+                if work > 0 and m.get("build_seconds") is not None:
+                    rates[_models(m.get("params", {}))].append(m["build_seconds"] / work)
+            self.rates[stage.kind] = rates
+        return self.rates[stage.kind]
+
+    def items(self, stage: Stage) -> float | None:
+        spec = stage.items
+        if spec is None or spec.role not in stage.inputs:
+            return None
+        up = stage.inputs[spec.role]
+        if not self.cache.is_complete(up.kind, up.key):
+            return None
+        n = self.cache.manifest(up.kind, up.key).get(spec.field)
+        return float(n) * _lookup(stage.params, spec.times) if isinstance(n, (int, float)) else None
+
+    def estimate(self, stage: Stage) -> float | None:
+        rates = self._history(stage).get(_models(stage.params))
+        work = self.items(stage)
+        return round(statistics.median(rates) * work, 1) if rates and work is not None else None
+
+
+def _override_key(override: str) -> str:
+    """``loss=listwise`` -> ``loss``; ``reranker@reranker.base=x`` -> ``reranker.base``; ``+a.b=1`` -> ``a.b``."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.split("@", 1)[1] if "@" in key else key
+
+
+def noop_overrides(sinks: Mapping[int, str], overrides: Mapping[int, list[str]]) -> list[NoOp]:
+    """The swept overrides whose values never change a cell's sink key while the cell's other overrides
+    stay as they are."""
+    by_cell = {i: dict((_override_key(o), o.split("=", 1)[1] if "=" in o else "") for o in ov)
+               for i, ov in overrides.items() if i in sinks}
+    out = []
+    for key in sorted({k for ov in by_cell.values() for k in ov}):
+        values = list(dict.fromkeys(ov.get(key, "") for ov in by_cell.values()))
+        groups: dict[tuple, tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
+        for i, ov in by_cell.items():
+            seen_values, seen_sinks = groups[tuple(sorted((k, v) for k, v in ov.items() if k != key))]
+            seen_values.add(ov.get(key, ""))
+            seen_sinks.add(sinks[i])
+        varied = [sinks_ for values_, sinks_ in groups.values() if len(values_) > 1]
+        if varied and all(len(s) == 1 for s in varied):
+            out.append(NoOp(key, values))
+    return out
+
+
+def plan_grid(cells: dict[int, CellGraph], cache: StageCache, overrides: Mapping[int, list[str]] | None = None,
+              broken: Mapping[int, str] | None = None) -> GridPlan:
+    """Join the cells' graphs into one and find each unique stage's state (see the module docstring)."""
+    overrides = dict(overrides or {})
+    order = needed_stages([g.sink for g in cells.values()], lambda s: cache.is_complete(s.kind, s.key))
+    users: dict[str, set[int]] = defaultdict(set)
+    names: dict[str, list[str]] = defaultdict(list)
+    for i, graph in cells.items():
+        for stage in graph.stages():
+            users[stage.key].add(i)
+        for name, stage in graph.named.items():
+            if name not in names[stage.key]:
+                names[stage.key].append(name)
+    estimator = Estimator(cache)
+    planned = []
+    for stage in order:
+        state = "cached" if cache.is_complete(stage.kind, stage.key) else "building" if _lock_held(cache, stage) else "build"
+        planned.append(PlannedStage(stage, names[stage.key] or [stage.kind], sorted(users[stage.key]), state,
+                                    estimator.estimate(stage) if state != "cached" else None))
+    sinks = {i: g.sink.key for i, g in cells.items()}
+    same: dict[str, list[int]] = defaultdict(list)
+    for i, key in sinks.items():
+        same[key].append(i)
+    return GridPlan(cells=cells, stages=planned, overrides=overrides, noops=noop_overrides(sinks, overrides),
+                    duplicates=[sorted(v) for v in same.values() if len(v) > 1], broken=dict(broken or {}))
+
+
+def _cells_text(cells: list[int]) -> str:
+    return ",".join(f"#{c}" for c in cells) if len(cells) <= 4 else f"{len(cells)} cells"
+
+
+def render(plan: GridPlan, full: bool = True) -> str:
+    """The plan as a person reads it: one line per unique stage (``full``), then the totals."""
+    lines = []
+    if full:
+        lines.append(f"{'stage':<16} {'key':<8}  {'cells':<14} {'state':<8} {'resource':<15} estimate")
+        for p in plan.stages:
+            est = f"~{p.estimate_s:.0f} s" if p.estimate_s is not None else "-"
+            resource = p.stage.resource + (" (cheap)" if p.stage.cheap else "")
+            lines.append(f"{p.stage.kind:<16} {p.stage.key[:8]}  {_cells_text(p.cells):<14} {p.state:<8} {resource:<15} {est}")
+    t = plan.totals()
+
+    def est(r: str) -> str:
+        return f" (~{t[f'{r}_estimate_s']:.0f} s)" if t[f"{r}_estimate_s"] is not None else ""
+
+    lines.append(f"plan: {len(plan.cells)} cells, {len(plan.stages)} unique stages: to build {t['gpu_to_build']} gpu"
+                 f"{est('gpu')}, {t['cpu_to_build']} cpu{est('cpu')}, {t['llm_to_build']} llm{est('llm')}; "
+                 f"reused {t['reused']}")
+    lines += [f"  no effect: {n.key}={','.join(n.values)}: {n.why()}" for n in plan.noops]
+    lines += [f"  one computation: cells {', '.join(f'#{c}' for c in d)} (their graphs end in one key)"
+              for d in plan.duplicates]
+    lines += [f"  cell #{i} cannot run: {err}" for i, err in sorted(plan.broken.items())]
+    return "\n".join(lines)
+
+
+def noop_refusal(plan: GridPlan) -> str | None:
+    """The one line that stops a grid whose swept overrides change nothing, or None."""
+    if not plan.noops:
+        return None
+    what = " and ".join(f"{n.key}={','.join(n.values)}" for n in plan.noops)
+    distinct = len({g.sink.key for g in plan.cells.values()})
+    why = "; ".join(n.why() for n in plan.noops)
+    return (f"skillrouter: {what} change{'s' if len(plan.noops) == 1 else ''} nothing in this grid (its {len(plan.cells)} "
+            f"cells are {distinct} computation{'s' if distinct != 1 else ''}): {why}. Add such an option to the command, "
+            f"or allow_noop_overrides=true to run it as it is")

@@ -1,0 +1,98 @@
+"""Data stages: the built-in benchmark, the parsed and validated dataset (columnar), and the validated
+training pairs. All cheap: on a cluster they run inside the job of the first stage that reads them."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..data import builtin, columnar, dataset as dataset_module, loaders, releases
+from ..data.columnar import write_dataset
+from ..data.dataset import load_source, source_files
+from ..data.jsonl import atomic_write_jsonl, read_jsonl
+from ..data.loaders import ErrorPolicy
+from ..data.types import LoadReport
+from ..train import pairs as pairs_module
+from ..train.pairs import TrainExample, load_pairs
+from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inputs
+
+LOAD_PARAMS = ("source", "pool_format", "queries_format", "on_error", "max_field_chars")
+DATA_FILES = ("pool", "queries", "distractors")  # what load_data reads; oracle_nd and train_pairs go elsewhere
+EXAMPLES = "examples.jsonl"
+
+
+def _build_builtin(ctx: BuildContext) -> dict[str, Any]:
+    files = builtin.generate(ctx.out, **ctx.params)
+    return {"files": {k: str(v.name) for k, v in files.items()}}
+
+
+def builtin_data(params: Mapping[str, Any]) -> Stage:
+    """The built-in synthetic benchmark, generated once per parameter set."""
+    return Stage("builtin_data", _build_builtin, dict(params), cheap=True, code=(builtin,))
+
+
+def builtin_file(stage: Stage, name: str) -> StageFile:
+    return StageFile(stage, f"{name}.jsonl")
+
+
+def _build_load(ctx: BuildContext) -> dict[str, Any]:
+    p = ctx.params
+    data = {**ctx.stage.options["data"], **{slot: ctx.file(slot) for slot in DATA_FILES if ctx.file(slot)}}
+    dataset = load_source(data, p["tier"], p["distractors"])
+    write_dataset(dataset, ctx.out)
+    return {"n_skills": len(dataset.skills), "n_queries": len(dataset.queries),
+            "n_training_pool": len(dataset.training_pool()), "items": len(dataset.skills)}
+
+
+def load_data(data: Mapping[str, Any], tier: str, with_distractors: bool) -> Stage:
+    """The parsed, validated dataset of a ``data`` slice for one tier, stored columnar: the first
+    stage that reads it parses and validates, every other reads columns. Keyed by the content of the
+    user's files it reads, and by the stages that made the others (built-in, generated)."""
+    refs: dict[str, FileRef | None] = {slot: data.get(slot) for slot in DATA_FILES}
+    if not with_distractors:
+        refs["distractors"] = None
+    inputs, _, names, _ = file_inputs(refs)
+    plain = {k: v for k, v in data.items() if not isinstance(v, StageFile)}
+    user_files = source_files({**plain, **dict.fromkeys(inputs)}, tier, with_distractors)
+    params = {**{k: data.get(k) for k in LOAD_PARAMS}, "tier": tier, "distractors": with_distractors, "files": names}
+    return Stage("load_data", _build_load, params, inputs=inputs, files={"source": FileInput.of(user_files)}, cheap=True, options={"data": plain},
+                 code=(loaders, releases, dataset_module, columnar))
+
+
+def _build_pairs(ctx: BuildContext) -> dict[str, Any]:
+    dataset = ctx.dataset("data")
+    benchmark = {g for q in dataset.queries for g in q.all_gt}
+    report = LoadReport()
+    examples = load_pairs(ctx.file("pairs"), {s.id for s in dataset.skills}, benchmark,
+                          ErrorPolicy(ctx.params["on_error"], report))
+    atomic_write_jsonl(ctx.out / EXAMPLES, (asdict(ex) for ex in examples))
+    return {"n_examples": len(examples), "skipped": report.skipped, "skip_examples": report.examples,
+            "items": len(examples)}
+
+
+def train_pairs(pairs: FileRef, base: Stage, on_error: str) -> Stage:
+    """Training pairs validated against the training dataset; benchmark-labelled positives removed
+    and counted (no evaluated skill is ever a training target)."""
+    inputs, files, names, paths = file_inputs({"pairs": pairs})
+    return Stage("train_pairs", _build_pairs, {"on_error": on_error, "files": names}, inputs={**inputs, "data": base},
+                 files=files, cheap=True, options={"paths": paths},
+                 code=(pairs_module,))
+
+
+def read_examples(entry: Path) -> list[TrainExample]:
+    return [TrainExample(r["query"], tuple(r["positives"]), tuple(r["skip"])) for _, r in read_jsonl(entry / EXAMPLES)]
+
+
+def read_descriptions(ctx: BuildContext) -> dict[str, str] | None:
+    """The Oracle-ND descriptions a rendering stage reads (``oracle`` role), if it has any."""
+    from ..data import load_descriptions
+
+    path = ctx.file("oracle")
+    return load_descriptions(path) if path else None
+
+
+def training_subset(data: Stage) -> str:
+    """The pool subset training mines from a ``load_data`` stage: a dataset loaded without a distractor
+    file has no distractors, so it is the whole pool (and shares its embeddings with the evaluation of
+    the Easy tier); a SkillRouter release pool marks its own variants, so its training pool is a subset."""
+    return "training" if data.params["distractors"] or data.params["source"] == "skillrouter_core" else "all"

@@ -1,0 +1,114 @@
+"""Reranking stages. A pointwise reranker's score of a (query, skill) pair does not depend on how many
+candidates are reranked, so ``score_pairs`` scores each query's first ``depth`` candidates once — the
+deepest ``topk`` of the grid — and a cheap ``rerank`` per ``topk`` reorders the head from those scores:
+the rankings of scoring each K on its own, at the cost of the deepest K. A listwise scorer (the LLM
+judge) sees the whole head at once, so it keeps one stage per K."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any, Callable, Mapping, Sequence
+
+from ..fields import TextSpec
+from ..rankings import Ranking, read_rankings, write_rankings
+from ..rerank import llm_judge as judge_module, reorder as reorder_module, scorers as scorers_module
+from ..rerank.llm_judge import JudgeSpec, LLMJudge
+from ..rerank.reorder import rerank_top_k
+from ..rerank.scorers import RerankerSpec, make_scorer
+from ..progress import progress
+from .data import read_descriptions
+from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .retrieval import skill_text
+
+SCORES = "scores.jsonl"
+
+
+def _texts(ctx: BuildContext, ids: set[str]) -> dict[str, str]:
+    """The reranker's text of each candidate (only the candidates: a pool can be 100K skills)."""
+    text = TextSpec.from_dict({**ctx.params["text"], "query_cap": None, "query_instruction": ""})
+    oracle = read_descriptions(ctx)
+    return {s.id: text.skill(s, oracle) for s in ctx.dataset().skills if s.id in ids}
+
+
+def _heads(ctx: BuildContext, depth: int) -> tuple[list[Ranking], dict[str, str], dict[str, str]]:
+    """The retrieval rankings (query order), each query's reranker text and the candidates' texts."""
+    rankings = list(read_rankings(ctx.input("retrieval") / "rankings.jsonl").values())
+    query = TextSpec.from_dict(ctx.params["query_text"])
+    qtexts = {q.id: query.query(q.text) for q in ctx.dataset().queries}
+    return rankings, qtexts, _texts(ctx, {i for r in rankings for i in r.ids[:depth]})
+
+
+def _reorder(ctx: BuildContext, rankings: list[Ranking], k: int, score: Callable[[Ranking, Sequence[str]], Sequence[float]]
+             ) -> int:
+    """Write every query's ranking with its top ``k`` reordered by ``score(ranking, head ids)``; returns
+    the query count."""
+    with progress(len(rankings), f"rerank top-{k}", "queries", ctx.progress) as bar:
+        ordered = []
+        for r in rankings:
+            ordered.append(rerank_top_k(r, r.qid, k, lambda _qid, ids, r=r: score(r, ids)))
+            bar.update()
+    write_rankings(ctx.out / "rankings.jsonl", ordered, top_n=max(k, max((len(r.ids) for r in ordered), default=0)))
+    return len(ordered)
+
+
+def _build_scores(ctx: BuildContext) -> dict[str, Any]:
+    depth = ctx.params["depth"]
+    rankings, qtexts, texts = _heads(ctx, depth)
+    spec = RerankerSpec(**ctx.stage.options["spec"])
+    scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
+    with progress(len(rankings), f"score top-{depth} pairs", "queries", ctx.progress) as bar, \
+            open(ctx.out / SCORES, "w", encoding="utf-8") as fh:
+        for r in rankings:
+            ids = r.ids[:depth]
+            scores = scorer.score([qtexts.get(r.qid, "")] * len(ids), [texts[i] for i in ids]) if ids else []
+            fh.write(json.dumps({"qid": r.qid, "ids": ids, "scores": [float(s) for s in scores]}) + "\n")
+            bar.update()
+    return {"n_queries": len(rankings), "pairs": sum(min(depth, len(r.ids)) for r in rankings), "items": len(rankings)}
+
+
+def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, query_text: TextSpec, retrieval: Stage,
+                data: Stage, model: Stage | None = None, oracle: FileRef | None = None) -> Stage:
+    """A pointwise reranker's score of each query's first ``depth`` retrieved candidates."""
+    refs, files, names, paths = file_inputs({"oracle": oracle})
+    identity = {k: v for k, v in asdict(spec).items() if k != "batch_size"}
+    params = {"reranker": {"trained": trained, **identity}, "depth": depth, "text": skill_text(text),
+              "query_text": asdict(query_text), "files": names}
+    return Stage("score_pairs", _build_scores, params,
+                 inputs={"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **refs}, files=files, resource="gpu", options={"spec": asdict(spec), "paths": paths},
+                 items=Items("data", "n_queries", "depth"), code=(scorers_module,))
+
+
+def _build_reorder(ctx: BuildContext) -> dict[str, Any]:
+    rankings = list(read_rankings(ctx.input("retrieval") / "rankings.jsonl").values())
+    scored: dict[str, dict[str, float]] = {}
+    with open(ctx.input("scores") / SCORES, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            scored[row["qid"]] = dict(zip(row["ids"], row["scores"]))
+    k = ctx.params["k"]
+    n = _reorder(ctx, rankings, k, lambda r, ids: [scored[r.qid][i] for i in ids])
+    return {"n_queries": n}
+
+
+def rerank(k: int, scores: Stage, retrieval: Stage) -> Stage:
+    """Each query's top ``k`` reordered by the pair scores already computed (a few seconds: cheap)."""
+    return Stage("rerank", _build_reorder, {"k": k}, inputs={"scores": scores, "retrieval": retrieval}, cheap=True, code=(reorder_module,))
+
+
+def _build_judge(ctx: BuildContext) -> dict[str, Any]:
+    k = ctx.params["k"]
+    rankings, qtexts, texts = _heads(ctx, k)
+    judge = LLMJudge(JudgeSpec(**{**ctx.params["reranker"], **ctx.stage.options["endpoint"]}), texts)
+    n = _reorder(ctx, rankings, k, lambda r, ids: judge(qtexts.get(r.qid, ""), ids))
+    return {"n_queries": n, "judge_failures": judge.failures, "items": n}
+
+
+def judge_rerank(judge: Mapping[str, Any], k: int, text: TextSpec, query_text: TextSpec, retrieval: Stage, data: Stage,
+                 oracle: FileRef | None = None) -> Stage:
+    """An LLM judge picks one of each query's top ``k`` (listwise: one stage per K)."""
+    refs, files, names, paths = file_inputs({"oracle": oracle})
+    params = {"reranker": {"model": judge["model"], "max_chars_per_skill": judge["max_chars_per_skill"]}, "k": k,
+              "text": skill_text(text), "query_text": asdict(query_text), "files": names}
+    endpoint = {"url": judge["url"], "api_key_env": judge["api_key_env"], "timeout": judge["timeout"]}
+    return Stage("rerank", _build_judge, params, inputs={"retrieval": retrieval, "data": data, **refs}, files=files, resource="llm", options={"endpoint": endpoint, "paths": paths},
+                 items=Items("data", "n_queries"), code=(reorder_module, judge_module))

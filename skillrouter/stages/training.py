@@ -1,0 +1,125 @@
+"""Training stages: hard-negative mining (the false-negative filter admits each pick), encoder
+fine-tuning and reranker fine-tuning. The two trainings resume from their last checkpoint, kept in the
+entry's work folder until the artifact is published. Training reads the Easy dataset only, so one
+trained model serves both tiers."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..fields import TextSpec
+from ..rankings import read_rankings
+from ..rerank import scorers as scorers_module
+from ..rerank.scorers import RerankerSpec
+from ..retrieval.dense import EncoderSpec
+from ..train import encoder as encoder_module, fn_filter as fn_filter_module, loop as loop_module
+from ..train import losses as losses_module, negatives as negatives_module, reranker as reranker_module
+from ..train.encoder import EncoderLoss, train_encoder
+from ..train.fn_filter import FalseNegativeFilter
+from ..train.loop import TrainConfig
+from ..train.negatives import NegativeCounts, mine_negatives
+from ..train.pairs import TrainExample
+from ..train.reranker import build_lists, train_reranker
+from .data import read_descriptions, read_examples
+from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .retrieval import skill_text
+
+TRAIN_CODE = (loop_module, losses_module)
+FN_FILTER = "fn_filter.json"
+
+
+def _ranked_lists(ctx: BuildContext, role: str, n: int) -> list[list[str]]:
+    """Each training query's ranked ids from a retrieve stage over the training queries."""
+    rankings = read_rankings(ctx.input(role) / "rankings.jsonl")  # once per artifact, not once per query
+    return [rankings[f"train-{i:06d}"].ids for i in range(n)]
+
+
+def _build_mining(ctx: BuildContext) -> dict[str, Any]:
+    p = ctx.params
+    examples = read_examples(ctx.input("pairs"))
+    pool = ctx.dataset().training_pool()
+    ids = json.loads((ctx.input("pool") / "ids.json").read_text())
+    emb = np.load(ctx.input("pool") / "embeddings.npy").astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True).clip(min=1e-12)
+    f = p["fn_filter"]
+    fn = FalseNegativeFilter({s.id: s for s in pool}, dict(zip(ids, emb)), same_name=bool(f["same_name"]),
+                             body_trigram_jaccard=f["body_trigram_jaccard"],
+                             embedding_cosine=f["embedding_cosine"]) if f["enabled"] else None
+    negatives, contributed = mine_negatives(examples, pool, _ranked_lists(ctx, "semantic", len(examples)),
+                                            _ranked_lists(ctx, "lexical", len(examples)), NegativeCounts(**p["negatives"]),
+                                            fn, p["seed"])
+    report = fn.report() if fn else {"enabled": False}
+    (ctx.out / "negatives.json").write_text(json.dumps(negatives))
+    (ctx.out / FN_FILTER).write_text(json.dumps(report, indent=2))
+    return {"fn_filter": report, "negatives": contributed, "n_examples": len(examples), "items": len(examples)}
+
+
+def mine(counts: NegativeCounts, fn_filter: Mapping[str, Any], seed: int, data: Stage, pairs: Stage, semantic: Stage,
+         lexical: Stage, base_pool: Stage) -> Stage:
+    """Hard negatives per training query from four sources (semantic and lexical neighbours, same and
+    other category), each pick admitted by the three-layer false-negative filter (same name, body
+    trigram Jaccard, base-embedding cosine), removals counted per layer."""
+    params = {"negatives": asdict(counts), "fn_filter": dict(fn_filter), "seed": seed}
+    return Stage("mine_negatives", _build_mining, params,
+                 inputs={"data": data, "pairs": pairs, "semantic": semantic, "lexical": lexical, "pool": base_pool}, resource="cpu", items=Items("pairs", "n_examples"),
+                 code=(negatives_module, fn_filter_module))
+
+
+def _skill_texts(ctx: BuildContext) -> dict[str, str]:
+    text = TextSpec.from_dict({**ctx.params["text"], "query_cap": None, "query_instruction": ""})
+    oracle = read_descriptions(ctx)
+    return {s.id: text.skill(s, oracle) for s in ctx.dataset().training_pool()}
+
+
+def _curve(ctx: BuildContext, losses: list[float], n: int) -> dict[str, Any]:
+    (ctx.out / "loss_curve.json").write_text(json.dumps(losses))
+    return {"n_examples": n, "items": n, "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None}
+
+
+def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
+    p = ctx.params
+    examples = read_examples(ctx.input("pairs"))
+    negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
+    query = TextSpec.from_dict(p["query_text"])
+    renamed = [TrainExample(query.query(ex.query), ex.positives, ex.skip) for ex in examples]
+    _, losses = train_encoder(EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx), EncoderLoss(**p["loss"]),
+                              TrainConfig(**p["train"]), ctx.work, ctx.out / "model")
+    return _curve(ctx, losses, len(examples))
+
+
+def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, text: TextSpec, query_text: TextSpec,
+                     data: Stage, pairs: Stage, negatives: Stage, oracle: FileRef | None = None) -> Stage:
+    """InfoNCE (or R3's multi-positive InfoNCE) fine-tuning of the base encoder on the mined lists."""
+    refs, files, names, paths = file_inputs({"oracle": oracle})
+    params = {"base": asdict(spec), "loss": asdict(loss), "train": asdict(train), "text": skill_text(text),
+              "query_text": asdict(query_text), "files": names}
+    return Stage("train_encoder", _build_encoder, params,
+                 inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True, options={"paths": paths},
+                 items=Items("pairs", "n_examples", "train.epochs"),
+                 code=(*TRAIN_CODE, encoder_module))
+
+
+def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
+    p = ctx.params
+    examples = read_examples(ctx.input("pairs"))
+    lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
+    _, losses = train_reranker(RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"], TrainConfig(**p["train"]),
+                               ctx.work, ctx.out / "model")
+    return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}
+
+
+def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainConfig, list_size: int, text: TextSpec,
+                      data: Stage, pairs: Stage, candidates: Stage, oracle: FileRef | None = None) -> Stage:
+    """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates."""
+    refs, files, names, paths = file_inputs({"oracle": oracle})
+    params = {"base": asdict(spec), "loss": dict(loss), "train": asdict(train), "list_size": list_size,
+              "text": skill_text(text), "files": names}
+    return Stage("train_reranker", _build_reranker, params,
+                 inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
+                 options={"paths": paths}, items=Items("pairs", "n_examples", "train.epochs"),
+                 code=(*TRAIN_CODE, reranker_module, scorers_module))
+

@@ -1,0 +1,155 @@
+"""The stage graph and the plan: Merkle keys known before anything is built, shared stages, the grid's
+pair-score depth, no-op overrides, cells that are one computation, cost estimates, job units."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+
+from skillrouter.cache.store import StageCache
+from skillrouter.pipeline.compose import compose_cell
+from skillrouter.pipeline.execute.build import Builder
+from skillrouter.pipeline.execute.local import LocalExecutor
+from skillrouter.pipeline.execute.slurm import plan_units
+from skillrouter.pipeline.plan import noop_refusal, plan_grid, render
+from skillrouter.stages.graph import walk
+
+from .conftest import ROOT, write_jsonl
+
+USER_GRID = [(f"loss={loss}", f"topk={k}") for loss in ("listwise", "pointwise") for k in (10, 20, 50)]
+
+
+@pytest.fixture
+def cells(tmp_path):
+    """``cells(overrides per cell, *shared)`` -> ({index: CellGraph}, {index: overrides}), composed as a
+    grid launcher composes them (the deepest topk per reranker found first)."""
+
+    def make(grid, *shared):
+        configs = {}
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            for i, cell in enumerate(grid):
+                overrides = [*cell, *shared, f"cache_dir={tmp_path / 'cache'}", "data=tiny"]
+                cfg = compose("config", overrides=overrides, return_hydra_config=True)
+                HydraConfig.instance().set_config(cfg)
+                configs[i] = (cfg, list(cell))
+        depths: dict[str, int] = {}
+        for cfg, _ in configs.values():
+            for identity, k in compose_cell(cfg).pair_groups.items():
+                depths[identity] = max(depths.get(identity, 0), k)
+        return {i: compose_cell(cfg, depths) for i, (cfg, _) in configs.items()}, {i: ov for i, (_, ov) in configs.items()}
+
+    return make
+
+
+def test_keys_follow_from_the_config_alone_and_stay_after_building(cells, tmp_path):
+    graphs, _ = cells([("encoder=bm25",), ("encoder=bm25", "fields=nd")])
+    before = [s.key for g in graphs.values() for s in g.stages()]
+    LocalExecutor(Builder(StageCache(tmp_path / "cache"), progress=False)).run([g.sink for g in graphs.values()])
+    again, _ = cells([("encoder=bm25",), ("encoder=bm25", "fields=nd")])
+    assert [s.key for g in again.values() for s in g.stages()] == before
+    a, b = graphs[0].named, graphs[1].named
+    assert a["load_data"].key == b["load_data"].key and a["retrieve"].key != b["retrieve"].key  # shared upstream only
+
+
+def test_a_user_file_is_keyed_by_its_content(cells, tmp_path, pool_records):
+    pool = write_jsonl(tmp_path / "pool.jsonl", pool_records)
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q", "query": "csv", "gt": ["a"]}])
+    grid = [("data=jsonl", f"data.pool={pool}", f"data.queries={queries}", "encoder=bm25")]
+    first = cells(grid)[0][0].named["load_data"].key
+    write_jsonl(pool, pool_records[:2])  # same path, other content
+    assert cells(grid)[0][0].named["load_data"].key != first
+
+
+def test_training_is_shared_by_both_tiers_and_embedding_shards_are_not_identity(cells):
+    graphs, _ = cells([("encoder=trained", "reranker=trained", "tier=easy"), ("encoder=trained", "reranker=trained", "tier=hard"),
+                       ("encoder=trained", "embed.shards=2")])
+    easy, hard, sharded = (graphs[i].named for i in range(3))
+    for name in ("train_encoder", "mine_negatives", "train_reranker", "embed_pool_train"):
+        assert easy[name].key == hard[name].key
+    assert easy["load_data"].key != hard["load_data"].key and easy["embed_pool"].key == easy["embed_pool_train"].key
+    assert sharded["embed_pool"].key == easy["embed_pool"].key and len(sharded["embed_pool"].after) == 2
+    assert sharded["embed_pool/shard0"].key != sharded["embed_pool/shard1"].key
+
+
+def test_pair_scores_are_computed_once_to_the_grids_deepest_topk(cells):
+    graphs, _ = cells([("reranker=minilm_ce", "topk=3"), ("reranker=minilm_ce", "topk=5")])
+    scores = {g.named["score_pairs"].key for g in graphs.values()}
+    assert len(scores) == 1 and graphs[0].named["score_pairs"].params["depth"] == 5
+    assert graphs[0].named["rerank"].key != graphs[1].named["rerank"].key and graphs[0].named["rerank"].cheap
+
+
+def test_a_cold_plan_builds_all_and_a_warm_one_nothing(cells, tmp_path):
+    graphs, overrides = cells([("encoder=bm25",), ("encoder=minilm",)])
+    cache = StageCache(tmp_path / "cache")
+    cold = plan_grid(graphs, cache, overrides)
+    assert {p.state for p in cold.stages} == {"build"} and cold.totals()["gpu_to_build"] == 2  # embed + retrieve
+    assert [p.cells for p in cold.stages if p.stage.kind == "load_data"] == [[0, 1]]
+    LocalExecutor(Builder(cache, progress=False)).run([g.sink for g in graphs.values()])
+    built = {p.parent.parent.name + "/" + p.parent.name for p in (tmp_path / "cache").glob("*/*/manifest.json")}
+    assert built == {f"{p.stage.kind}/{p.stage.key}" for p in cold.to_build()}
+    warm = plan_grid(graphs, cache, overrides)
+    assert warm.to_build() == [] and "reused" in render(warm)
+    assert {p.stage.kind for p in warm.stages} == {"load_data", "retrieve"}  # nothing above a cached stage is needed
+
+
+def test_the_design_cards_command_is_one_computation(cells):
+    graphs, overrides = cells(USER_GRID)
+    plan = plan_grid(graphs, StageCache("/nonexistent"), overrides)
+    assert [n.key for n in plan.noops] == ["loss", "topk"] and plan.duplicates == [[0, 1, 2, 3, 4, 5]]
+    line = noop_refusal(plan)
+    assert line.startswith("skillrouter: loss=listwise,pointwise and topk=10,20,50 change nothing in this grid")
+    assert "train_reranker (reranker=trained)" in line and "allow_noop_overrides=true" in line
+    trained, overrides = cells(USER_GRID, "reranker=trained")
+    plan = plan_grid(trained, StageCache("/nonexistent"), overrides)
+    assert plan.noops == [] and plan.duplicates == [] and noop_refusal(plan) is None
+
+
+def test_an_override_that_counts_for_some_cells_is_not_a_noop(cells):
+    graphs, overrides = cells([(f"reranker={r}", f"topk={k}") for r in ("none", "minilm_ce") for k in (3, 5)])
+    plan = plan_grid(graphs, StageCache("/nonexistent"), overrides)
+    assert plan.noops == [] and plan.duplicates == [[0, 1]]
+
+
+def test_an_estimate_scales_an_earlier_builds_seconds_per_item(cells, tmp_path):
+    graphs, overrides = cells([("encoder=minilm",)])
+    cache = StageCache(tmp_path / "cache")
+    LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink])
+    embed = graphs[0].named["embed_pool"]
+    manifest = json.loads((cache.entry(embed.kind, embed.key) / "manifest.json").read_text())
+    other, overrides = cells([("encoder=minilm", "fields=nd")])  # same encoder and pool, other rendering: to build
+    plan = plan_grid(other, cache, overrides)
+    planned = next(p for p in plan.stages if p.stage.kind == "embed_pool")
+    n = json.loads((cache.entry("load_data", other[0].named["load_data"].key) / "manifest.json").read_text())["n_skills"]
+    assert planned.state == "build" and planned.estimate_s == pytest.approx(manifest["build_seconds"] / manifest["items"] * n, abs=0.1)
+
+
+def test_job_units_keep_cpu_stages_off_gpus_and_host_cheap_gpu_stages(cells):
+    graphs, overrides = cells(USER_GRID, "encoder=trained", "reranker=trained")
+    plan = plan_grid(graphs, StageCache("/nonexistent"), overrides)
+    units = plan_units(plan)
+    for unit in units:
+        assert {s.resource for s in unit.stages} == {unit.primary.resource}
+        assert all(s.cheap for s in unit.stages[1:]) and not (unit.primary.cheap and unit.primary.resource == "cpu")
+    kinds = sorted(u.primary.kind for u in units)
+    assert kinds.count("train_reranker") == 2 and kinds.count("score_pairs") == 2 and kinds.count("train_encoder") == 1
+    assert "rerank" not in kinds and "load_data" not in kinds  # cheap CPU stages run inside the jobs that read them
+    hosted = [s.kind for u in units for s in u.stages[1:]]
+    assert hosted.count("retrieve") == 3  # the dense retrievals follow the pool embeddings they read
+    position = {id(u): i for i, u in enumerate(units)}
+    for i, unit in enumerate(units):
+        assert all(d < i for d in unit.deps), "inputs first"
+    assert len(position) == len(units)
+    every = {s.key for s in walk([g.sink for g in graphs.values()]) if not s.virtual}
+    assert {s.key for u in units for s in u.stages} <= every
+
+
+def test_a_stage_another_job_is_building_plans_as_building(cells, tmp_path):
+    graphs, overrides = cells([("encoder=bm25",)])
+    retrieve = graphs[0].named["retrieve"]
+    lock = tmp_path / "cache" / retrieve.kind / f"{retrieve.key}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"host": "another-node", "pid": 1, "token": "t"}))
+    states = {p.stage.kind: p.state for p in plan_grid(graphs, StageCache(tmp_path / "cache"), overrides).stages}
+    assert states == {"builtin_data": "build", "load_data": "build", "retrieve": "building"}
