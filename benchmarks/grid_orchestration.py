@@ -1,6 +1,7 @@
 """Grid orchestration: the six-cell grid `loss=listwise,pointwise topk=10,20,50` (trained encoder and
 reranker) as one grid (one graph, each unique stage built once) against the same six cells each run on
-its own with a private cache (no sharing), in one run; then the orchestration overhead per cell (launch
+its own with a private cache (no sharing), and against the same grid run by an earlier commit's code
+(cell by cell, before stage-level dispatch), in one run; then the orchestration overhead per cell (launch
 to the cell's start) for the local and the SLURM launcher on trivial BM25 cells.
 
     python benchmarks/grid_orchestration.py [--data tiny] [--skip-slurm]
@@ -26,11 +27,12 @@ CELLS = [[f"loss={loss}", f"topk={k}"] for loss in ("listwise", "pointwise") for
 SLURM = ["hydra/launcher=slurm_dev"]
 
 
-def run_grid(sweep: Path, overrides: list[str], env: dict[str, str], multirun: bool = True) -> float:
+def run_grid(sweep: Path, overrides: list[str], env: dict[str, str], multirun: bool = True, root: Path = ROOT) -> float:
+    """Wall seconds of one launch; ``root``: the tree whose code runs (another commit's worktree)."""
     where = f"hydra.sweep.dir={sweep}" if multirun else f"hydra.run.dir={sweep}"
-    cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), where, "progress=false", *overrides]
+    cmd = [sys.executable, str(root / "launch.py"), *(["-m"] if multirun else []), where, "progress=false", *overrides]
     with Timer() as t:
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+        subprocess.run(cmd, cwd=root, env={**env, "PYTHONPATH": str(root)}, check=True, capture_output=True)
     return t.seconds
 
 
@@ -57,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", default="tiny", help="data config for the six-cell grid (builtin: ~30 min on 2 cores)")
     parser.add_argument("--skip-slurm", action="store_true")
+    parser.add_argument("--baseline-commit", default="62aa938", help="the same grid with this commit's code, locally")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
     env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -66,10 +69,19 @@ def main() -> None:
     private = sum(run_grid(tmp / "private" / str(i), [*alone, *cell, f"cache_dir={tmp / 'private' / str(i) / 'cache'}"], env,
                            multirun=False) for i, cell in enumerate(CELLS))
     rerun = run_grid(tmp / "rerun", [*grid, f"cache_dir={tmp / 'cache'}"], env)
+    baseline = tmp / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline_commit], cwd=ROOT, check=True,
+                   capture_output=True)
+    try:
+        before = run_grid(tmp / "before", [*grid, f"cache_dir={tmp / 'cache-before'}"], env, root=baseline)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, capture_output=True)
     figures = {
         "six_cell_grid": " ".join(grid),
         "shared_cache_wall_s": shared, "private_cache_wall_s": private, "rerun_shared_cache_wall_s": rerun,
         "speedup_shared_vs_private": round(private / shared, 2),
+        f"same_grid_with_{args.baseline_commit}_wall_s": before,
+        f"ratio_vs_{args.baseline_commit}": round(shared / before, 3),
         "stages_built_shared": stage_counts(tmp / "shared"), "stages_built_private": stage_counts(tmp / "private"),
         "stages_built_rerun": stage_counts(tmp / "rerun"),
         "local_launcher_overhead": launch_overhead(tmp / "local", [f"cache_dir={tmp / 'c2'}"], env),

@@ -8,8 +8,9 @@
 # The node declares SKILLROUTER_SLURM_GPUS counted GPUs (default 4): a GRES whose device files are
 # placeholders, which SLURM schedules and accounts (so tests see which jobs hold a GPU) and nothing more. With
 # SKILLROUTER_SLURM_CPUS=N it declares N CPUs whatever the hardware has (SlurmdParameters=config_overrides),
-# i.e. N job slots: a cluster with a free GPU per cell, for benchmarks (a job waiting on a lock uses no CPU).
-# `up` with other settings than the running cluster's restarts it.
+# i.e. N job slots: a cluster with a free GPU per cell, for benchmarks (a job waiting on a lock uses no CPU),
+# with N x 4 GB of declared memory, or SKILLROUTER_SLURM_MEM_MB. `up` with other settings than the running
+# cluster's restarts it.
 #
 # Idempotent. Needs root (package install, munge). No systemd: daemons are started directly and
 # stopped by their pid files. Accounting is not run; submitit's `sacct` calls are answered by a
@@ -21,6 +22,7 @@ CONF=$DIR/slurm.conf
 GPUS=${SKILLROUTER_SLURM_GPUS:-4}
 CPUS=${SKILLROUTER_SLURM_CPUS:-}
 MEM_PER_CPU=4096
+MEM_MB=${SKILLROUTER_SLURM_MEM_MB:-}
 
 log() { echo "slurm_cluster: $*" >&2; }
 
@@ -48,7 +50,7 @@ write_config() {
   local node overrides=""
   node=$(slurmd -C | head -1 | sed -E 's/ (Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+//g')
   if [ -n "$CPUS" ]; then  # declared slots, not the hardware's; memory to match the per-CPU default
-    node=$(sed -E "s/ CPUs=[0-9]+/ CPUs=$CPUS/; s/ RealMemory=[0-9]+/ RealMemory=$((CPUS * MEM_PER_CPU))/" <<<"$node")
+    node=$(sed -E "s/ CPUs=[0-9]+/ CPUs=$CPUS/; s/ RealMemory=[0-9]+/ RealMemory=${MEM_MB:-$((CPUS * MEM_PER_CPU))}/" <<<"$node")
     overrides="SlurmdParameters=config_overrides"
   fi
   local name

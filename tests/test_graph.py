@@ -125,24 +125,31 @@ def test_an_estimate_scales_an_earlier_builds_seconds_per_item(cells, tmp_path):
     assert planned.state == "build" and planned.estimate_s == pytest.approx(manifest["build_seconds"] / manifest["items"] * n, abs=0.1)
 
 
-def test_job_units_keep_cpu_stages_off_gpus_and_host_cheap_gpu_stages(cells):
-    graphs, overrides = cells(USER_GRID, "encoder=trained", "reranker=trained")
-    plan = plan_grid(graphs, StageCache("/nonexistent"), overrides)
-    units = plan_units(plan)
-    for unit in units:
-        assert {s.resource for s in unit.stages} == {unit.primary.resource}
-        assert all(s.cheap for s in unit.stages[1:]) and not (unit.primary.cheap and unit.primary.resource == "cpu")
-    kinds = sorted(u.primary.kind for u in units)
-    assert kinds.count("train_reranker") == 2 and kinds.count("score_pairs") == 2 and kinds.count("train_encoder") == 1
-    assert "rerank" not in kinds and "load_data" not in kinds  # cheap CPU stages run inside the jobs that read them
-    hosted = [s.kind for u in units for s in u.stages[1:]]
-    assert hosted.count("retrieve") == 3  # the dense retrievals follow the pool embeddings they read
-    position = {id(u): i for i, u in enumerate(units)}
+def _units(cells, tiers=("easy",)):
+    grid = [(*cell, f"tier={tier}") for cell in USER_GRID for tier in tiers]
+    graphs, overrides = cells(grid, "encoder=trained", "reranker=trained")
+    return plan_units(plan_grid(graphs, StageCache("/nonexistent"), overrides)), graphs
+
+
+def test_job_units_keep_cpu_stages_off_gpus_and_group_what_follows_in_one_job(cells):
+    units, graphs = _units(cells)
     for i, unit in enumerate(units):
-        assert all(d < i for d in unit.deps), "inputs first"
-    assert len(position) == len(units)
+        assert {s.resource for s in unit.stages} == {unit.primary.resource}, "CPU-class stages never share a GPU job"
+        assert not (unit.primary.cheap and unit.primary.resource == "cpu") and all(d < i for d in unit.deps)
+    jobs = sorted([s.kind for s in u.stages] for u in units)
+    assert jobs == sorted([["embed_pool", "retrieve"],  # a dense retrieval follows the pool embedding it reads
+                           ["retrieve"], ["mine_negatives"],  # BM25 and mining: CPU jobs
+                           ["train_encoder", "embed_pool", "retrieve", "retrieve"],  # the only one waiting for it
+                           ["train_reranker", "score_pairs"], ["train_reranker", "score_pairs"]])
     every = {s.key for s in walk([g.sink for g in graphs.values()]) if not s.virtual}
-    assert {s.key for u in units for s in u.stages} <= every
+    assert {s.key for u in units for s in u.stages} <= every  # cheap CPU stages run inside the jobs that read them
+
+
+def test_stages_that_could_run_side_by_side_are_not_grouped(cells):
+    units, _ = _units(cells, ("easy", "hard"))  # two pools to embed and to score per trained model
+    primaries = sorted(u.primary.kind for u in units)
+    assert primaries.count("embed_pool") == 3 and primaries.count("score_pairs") == 4
+    assert all(len(u.stages) == 1 for u in units if u.primary.kind in ("train_encoder", "train_reranker"))
 
 
 def test_a_stage_another_job_is_building_plans_as_building(cells, tmp_path):

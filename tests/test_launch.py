@@ -157,6 +157,14 @@ def test_the_design_cards_command_as_typed_stops_in_one_line(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_grid_run_anyway_names_what_changed_nothing_in_its_summary(tmp_path):
+    proc = launch(tmp_path, "data=tiny", "encoder=bm25", "loss=listwise,pointwise", "allow_noop_overrides=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no effect: loss=listwise,pointwise: loss is read only by train_reranker (reranker=trained)" in proc.stdout
+    assert "one computation: cells #0, #1" in proc.stdout and "2 cells: 2 completed" in proc.stdout
+    assert len(list((tmp_path / "cache" / "retrieve").glob("*/manifest.json"))) == 1  # computed once
+
+
 @pytest.mark.slow
 def test_pair_scores_shared_across_topk_rank_as_scoring_each_k_alone(tmp_path):
     common = ("data=tiny", "encoder=minilm", "reranker=minilm_ce")

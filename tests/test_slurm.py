@@ -259,7 +259,7 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     assert journal and all(r["state"] == "built" for r in journal)
     units = {r["job_id"]: r["resource"] for r in journal if not r["cheap"]}  # cheap stages run inside others' jobs
     jobs = _grid_jobs(slurm_env, tmp_path / "stage")
-    assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 6
+    assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 1  # 6 cells, 8 a task
     for job_id, job in jobs.items():  # a GPU is held by the jobs of GPU-class stages, and by no other
         assert ("gres:gpu" in job.get("TresPerNode", "")) == (units.get(job_id) == "gpu"), (job_id, job["JobName"])
     local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False)

@@ -42,6 +42,7 @@ class LocalGridLauncherConf:
 class SlurmGridLauncherConf(SlurmQueueConf):
     _target_: str = "hydra_plugins.skillrouter_launcher.slurm_launcher.SlurmGridLauncher"
     resources: ResourceClasses = field(default_factory=ResourceClasses)
+    score_cells_per_job: int = 8  # stage dispatch: cells scored by one task of the scoring array
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_local", node=LocalGridLauncherConf,

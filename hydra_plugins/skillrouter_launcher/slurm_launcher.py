@@ -97,20 +97,29 @@ class SlurmGridLauncher(SlurmLauncher):
 
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: dict) -> JobReturn:
-        """A cell's job: its frozen config through Hydra's ``run_job``, as a cell of this grid."""
+        """A cell's job (cell dispatch): its frozen config through Hydra's ``run_job``, as a cell of this grid."""
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        return self._run_cell(job_num)
+
+    def score_cells(self, job_nums: list[int], singleton_state: dict) -> list[JobReturn]:
+        """A task of the scoring array (stage dispatch): a few cells, one after the other (one process start)."""
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        return [self._run_cell(num) for num in job_nums]
+
+    def _run_cell(self, job_num: int) -> JobReturn:
         import submitit
 
         from skillrouter.pipeline.cell import grid_run
 
-        Singleton.set_state(singleton_state)
-        setup_globals()
         sweep_config = self.frozen[job_num].copy()
         with read_write(sweep_config.hydra.job), open_dict(sweep_config.hydra.job):
             sweep_config.hydra.job.id = submitit.JobEnvironment().job_id
             sweep_config.hydra.job.num = job_num
         with grid_run(self.grid_run):
             return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                           job_dir_key=job_dir_key, job_subdir_key="hydra.sweep.subdir")
+                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from skillrouter.pipeline.cell import GridRun
@@ -155,21 +164,24 @@ class SlurmGridLauncher(SlurmLauncher):
     def _cell_params(self, idx: int) -> tuple:
         return ([*self.frozen[idx].hydra.overrides.task], "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
 
-    def _submit_cells(self, grid: Any, kind: str, groups: dict[str, list[int]], dependency: str | None,
-                      submitted: list[Any]) -> dict[int, Any]:
-        """The cells' jobs, one array per resource class; on a refusal everything submitted is cancelled."""
+    def _cells_as_jobs(self, grid: Any, sweep_dir: Path) -> list[JobReturn]:
+        """Cell dispatch: a job per cell, one array per resource class of the cells' most demanding stage;
+        on a refusal everything submitted is cancelled."""
         import submitit
 
-        from skillrouter.pipeline.execute.slurm import make_executor
+        from skillrouter.pipeline.execute.slurm import CELL_KIND, make_executor
         from skillrouter.pipeline.status import split_shared
 
+        groups: dict[str, list[int]] = {"gpu": [], "llm": [], "cpu": []}
+        for idx in grid.configs:
+            groups[cell_resource(grid.graphs.get(idx))].append(idx)
         params = self._base()
         jobs: dict[int, Any] = {}
-        for resource, cells in groups.items():
-            if not cells:
-                continue
-            executor = make_executor(params["submitit_folder"], params, self._classes(), kind, resource, dependency,
-                                     f"sr-{kind}")
+        for resource, cells in ((r, c) for r, c in groups.items() if c):
+            for idx in cells:
+                log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(list(self.frozen[idx].hydra.overrides.task))),
+                         resource)
+            executor = make_executor(params["submitit_folder"], params, self._classes(), CELL_KIND, resource)
             try:
                 for idx, job in zip(cells, executor.map_array(self, *zip(*(self._cell_params(i) for i in cells)))):
                     jobs[idx] = job
@@ -177,27 +189,15 @@ class SlurmGridLauncher(SlurmLauncher):
                 _, labels = split_shared([filter_overrides(list(self.frozen[i].hydra.overrides.task)) for i in grid.configs])
                 order = list(grid.configs)
                 what = ", ".join(f"cell #{i} ({labels[order.index(i)]})" for i in cells)
-                self._refused(what, exc, resource, submitted + list(jobs.values()))
-        return jobs
-
-    def _cells_as_jobs(self, grid: Any, sweep_dir: Path) -> list[JobReturn]:
-        groups: dict[str, list[int]] = {"gpu": [], "llm": [], "cpu": []}
-        for idx in grid.configs:
-            groups[cell_resource(grid.graphs.get(idx))].append(idx)
-        for idx, resource in ((i, r) for r, cells in groups.items() for i in cells):
-            log.info("\t#%d : %s  [%s]", idx, " ".join(filter_overrides(list(self.frozen[idx].hydra.overrides.task))),
-                     resource)
-        from skillrouter.pipeline.execute.slurm import CELL_KIND
-
-        jobs = self._submit_cells(grid, CELL_KIND, groups, None, [])
+                self._refused(what, exc, resource, list(jobs.values()))
         return self._results(jobs, sweep_dir)
 
     def _stages_as_jobs(self, grid: Any, sweep_dir: Path, server: Any) -> list[JobReturn]:
         import submitit
 
         from skillrouter.pipeline.cell import GridRun
-        from skillrouter.pipeline.execute.slurm import (SCORE_KIND, SlurmStageDispatch, StageJob, plan_units, reconcile,
-                                                        wait_all)
+        from skillrouter.pipeline.execute.slurm import (SCORE_KIND, SlurmStageDispatch, StageJob, make_executor,
+                                                        plan_units, reconcile, same_resources, wait_all)
         from skillrouter.pipeline.journal import StageJournal
 
         cfg: Any = next(iter(grid.configs.values()))
@@ -205,7 +205,7 @@ class SlurmGridLauncher(SlurmLauncher):
         job = StageJob(str(grid.cache.root), str(sweep_dir), bool(cfg.progress), grid.cache.stale_after,
                        grid.cache.verify_after_days)
         dispatcher = SlurmStageDispatch(params["submitit_folder"], params, self._classes(), job)
-        units = plan_units(grid.plan)
+        units = plan_units(grid.plan, same_resources(self._classes()))
         try:
             submitted = dispatcher.submit(units)
         except submitit.core.utils.FailedJobError as exc:
@@ -221,11 +221,18 @@ class SlurmGridLauncher(SlurmLauncher):
         self.grid_run = GridRun(str(sweep_dir), "stage", grid.graphs, grid.plan.built_for(), submitted.job_ids(),
                                 submitted.job_logs())
         dependency = "afterany:" + ":".join(str(j.job_id) for j in stage_jobs) if stage_jobs else None
-        cells = self._submit_cells(grid, SCORE_KIND, {"cpu": list(grid.configs)}, dependency, stage_jobs)
+        cells, size = list(grid.configs), max(1, int(self.params.get("score_cells_per_job") or 1))
+        chunks = [cells[i:i + size] for i in range(0, len(cells), size)]
+        executor = make_executor(params["submitit_folder"], params, self._classes(), SCORE_KIND, "cpu", dependency)
+        try:
+            scoring = executor.map_array(self.score_cells, chunks, [Singleton.get_state()] * len(chunks))
+        except submitit.core.utils.FailedJobError as exc:
+            self._refused("the cells' scoring job", exc, "cpu", stage_jobs)
         if server:
             wait_all([submitted.jobs[i] for i, u in enumerate(units) if u.primary.resource == "llm"])
             server.stop()  # after the last generation stage, not when the grid ends
-        results = self._results(cells, sweep_dir)
+        wait_all(scoring)
+        results = [r for chunk, job in zip(chunks, scoring) for r in self._chunk_results(chunk, job, sweep_dir)]
         wait_all(stage_jobs)
         reconcile(submitted, journal)
         return results
@@ -241,16 +248,29 @@ class SlurmGridLauncher(SlurmLauncher):
         try:
             return job.results()[0]
         except Exception:  # noqa: BLE001 - any way a job can die; the cell's own errors never reach here
-            from skillrouter.data.jsonl import atomic_write_json
-            from skillrouter.pipeline.entry import cell_choices
+            return self._lost(idx, job, sweep_dir)
 
-            cfg = self.frozen[idx]
-            run_dir = sweep_dir / str(idx)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            failed = {"choices": cell_choices(cfg, cfg.hydra.runtime.choices), "status": "failed",
-                      "error": lost_job_reason(job), "ended": time.time()}
-            for name in ("metrics.json", "status.json"):
-                atomic_write_json(run_dir / name, failed)
-            log.error("cell #%d lost: %s", idx, failed["error"])
+    def _chunk_results(self, cells: list[int], job: Any, sweep_dir: Path) -> list[JobReturn]:
+        """The returns of a scoring task's cells, or for each a failed cell when the task died."""
+        try:
+            return job.results()[0]
+        except Exception:  # noqa: BLE001 - as in _result
+            return [self._lost(idx, job, sweep_dir) for idx in cells]
+
+    def _lost(self, idx: int, job: Any, sweep_dir: Path) -> JobReturn:
+        from skillrouter.data.jsonl import atomic_write_json
+        from skillrouter.pipeline.entry import cell_choices
+
+        cfg = self.frozen[idx]
+        run_dir = sweep_dir / str(idx)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if (run_dir / "metrics.json").exists():  # the cell ended; its task died after it
             return JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=cfg, working_dir=str(run_dir),
                              status=JobStatus.COMPLETED, _return_value=None)
+        failed = {"choices": cell_choices(cfg, cfg.hydra.runtime.choices), "status": "failed",
+                  "error": lost_job_reason(job), "ended": time.time()}
+        for name in ("metrics.json", "status.json"):
+            atomic_write_json(run_dir / name, failed)
+        log.error("cell #%d lost: %s", idx, failed["error"])
+        return JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=cfg, working_dir=str(run_dir),
+                         status=JobStatus.COMPLETED, _return_value=None)

@@ -31,6 +31,7 @@ from ..data import Dataset, load_descriptions
 from ..data.jsonl import atomic_write_json, read_json
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..models import respect_cpu_allocation
+from ..progress import quiet_library_bars
 from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
 from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
@@ -232,6 +233,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     status; failures are written, logged in one line and re-raised."""
     run_dir.mkdir(parents=True, exist_ok=True)
     respect_cpu_allocation()
+    quiet_library_bars()
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
     tracker = make_tracker(cfg)

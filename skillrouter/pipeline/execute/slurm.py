@@ -3,10 +3,13 @@ the resources of its class, and ``--dependency=afterok`` on the jobs that build 
 the scheduling; this module only turns the plan into submissions.
 
 * A *unit* is what one job builds: a non-cheap stage, plus the cheap GPU stages that follow it (a
-  dense retrieval right after the pool embedding it reads). Cheap CPU stages (a parsed dataset, a
-  reorder by pair scores already computed) run inside whichever job reads them first; a cell's scoring
-  and run directory are written by one small CPU array job at the end (``afterany``: a cell whose stage
-  failed is scored as failed, naming it).
+  dense retrieval right after the pool embedding it reads), plus the stage after it when that stage is
+  the only one waiting for it, of the same class and resources (a pool embedding with the encoder just
+  trained; pair scores with the reranker just trained): no parallelism is lost, a job start is saved
+  (Snakemake's group jobs). Cheap CPU stages (a parsed dataset, a reorder by pair scores already
+  computed) run inside whichever job reads them first; the cells' scoring and run directories are written
+  by one small CPU array job at the end (``afterany``: a cell whose stage failed is scored as failed,
+  naming it).
 * Sibling units — same stage kind, same resources, same dependency jobs — go out as one job array.
 * Every job is submitted with ``--kill-on-invalid-dep=yes``: when a stage fails, SLURM cancels what
   depends on it, so nothing stays pending on a dependency that can never be met.
@@ -21,7 +24,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ...cache.store import StageCache
 from ...models import respect_cpu_allocation
@@ -54,8 +57,10 @@ class Unit:
         return " + ".join(s.label for s in self.stages)
 
 
-def plan_units(plan: GridPlan) -> list[Unit]:
-    """The plan's stages to build, grouped into units (see the module docstring), inputs first."""
+def plan_units(plan: GridPlan, same_job: Callable[[Stage, Stage], bool] = lambda a, b: a.resource == b.resource
+               ) -> list[Unit]:
+    """The plan's stages to build, grouped into units (see the module docstring), inputs first.
+    ``same_job(a, b)``: whether stages ``a`` and ``b`` may share a job (the same resources)."""
     todo = {p.stage.key: p.stage for p in plan.to_build()}
     units: list[Unit] = []
     unit_of: dict[str, int] = {}
@@ -69,7 +74,32 @@ def plan_units(plan: GridPlan) -> list[Unit]:
         units[host].stages.append(stage)
         units[host].deps = sorted((set(units[host].deps) | _producers(stage, todo, unit_of)) - {host})
         unit_of[stage.key] = host
-    return units
+    return _fuse(units, same_job)
+
+
+def _fuse(units: list[Unit], same_job: Callable[[Stage, Stage], bool]) -> list[Unit]:
+    """Merge each unit into the one it waits for, when no other unit waits for that one and every other
+    input it needs is built before it (see the module docstring)."""
+    into = list(range(len(units)))
+
+    def root(i: int) -> int:
+        while into[i] != i:
+            i = into[i]
+        return i
+
+    for i, unit in enumerate(units):  # inputs first: a unit's producers are settled before it is
+        deps = {root(d) for d in unit.deps}
+        for p in sorted(deps, reverse=True):
+            waiting = [j for j, u in enumerate(units) if root(j) not in (p, i) and p in {root(d) for d in u.deps}]
+            if waiting or not same_job(units[p].primary, unit.primary) or not deps - {p} <= _ancestors(p, units, root):
+                continue
+            units[p].stages += unit.stages
+            units[p].deps = sorted({root(d) for d in units[p].deps} | (deps - {p}))
+            into[i] = p
+            break
+    kept = [i for i in range(len(units)) if root(i) == i]
+    index = {old: new for new, old in enumerate(kept)}
+    return [Unit(units[i].stages, sorted({index[root(d)] for d in units[i].deps} - {index[i]})) for i in kept]
 
 
 def _producers(stage: Stage, todo: Mapping[str, Stage], unit_of: Mapping[str, int]) -> set[int]:
@@ -98,14 +128,14 @@ def _host(stage: Stage, todo: Mapping[str, Stage], unit_of: Mapping[str, int], u
     return None
 
 
-def _ancestors(i: int, units: list[Unit]) -> set[int]:
+def _ancestors(i: int, units: list[Unit], root: Callable[[int], int] = lambda j: j) -> set[int]:
     seen: set[int] = set()
-    stack = list(units[i].deps)
+    stack = [root(d) for d in units[i].deps]
     while stack:
         j = stack.pop()
         if j not in seen:
             seen.add(j)
-            stack.extend(units[j].deps)
+            stack.extend(root(d) for d in units[j].deps)
     return seen
 
 
@@ -115,6 +145,11 @@ def resources_for(stage_kind: str, resource: str, classes: Mapping[str, Any]) ->
     merged = {k: (classes.get(resource) or {}).get(k) for k in RESOURCE_KEYS}
     merged.update({k: v for k, v in ((classes.get("kinds") or {}).get(stage_kind) or {}).items() if k in RESOURCE_KEYS})
     return merged
+
+
+def same_resources(classes: Mapping[str, Any]) -> Callable[[Stage, Stage], bool]:
+    """Whether two stages' jobs would ask for the same resources (so one job may build both)."""
+    return lambda a, b: resources_for(a.kind, a.resource, classes) == resources_for(b.kind, b.resource, classes)
 
 
 def submitit_parameters(base: Mapping[str, Any], res: Mapping[str, Any], name: str, dependency: str | None
