@@ -131,6 +131,25 @@ def test_every_metric_family_at_any_cutoff_by_hand():
     assert row["set_compat"] == 0.0
 
 
+def test_map_at_k_by_hand_and_against_ir_measures():
+    """map@K: precision at each GT hit within K, summed, over |GT| (trec_eval's map_cut, ir-measures' AP@K)."""
+    from skillrouter.eval.metrics import parse_metrics
+    q = Query("q", "t", gt=("a", "b", "c"))
+    row = per_query(["x", "a", "y", "b", "z", "w", "c"], q, parse_metrics(["map@1", "map@5", "map@7"]))
+    assert row["map@1"] == 0.0
+    assert row["map@5"] == pytest.approx((1 / 2 + 2 / 4) / 3)  # denominator |GT| = 3, not min(|GT|, K)
+    assert row["map@7"] == pytest.approx((1 / 2 + 2 / 4 + 3 / 7) / 3)
+    queries = [q, Query("q2", "t", gt=("d",)), Query("q3", "t", gt=("e", "f"))]
+    rankings = {"q": ["x", "a", "y", "b", "z", "w", "c"], "q2": ["d", "x"], "q3": [f"n{i}" for i in range(6)] + ["f"]}
+    qrels = [Qrel(qq.id, d, 1) for qq in queries for d in qq.gt]
+    run = [ScoredDoc(qid, d, float(100 - r)) for qid, ranked in rankings.items() for r, d in enumerate(ranked)]
+    metrics = parse_metrics(["map@5", "map@10"])
+    ours, _ = aggregate(rankings, queries, metrics)
+    theirs = ir_measures.calc_aggregate([ir_measures.AP @ 5, ir_measures.AP @ 10], qrels, run)
+    assert ours["map@5"] == pytest.approx(theirs[ir_measures.AP @ 5])
+    assert ours["map@10"] == pytest.approx(theirs[ir_measures.AP @ 10])
+
+
 def test_unknown_metric_names_are_refused():
     from skillrouter.eval.metrics import parse_metric
     for bad in ("hit@0", "recall@5", "ndcg", "fc@x"):

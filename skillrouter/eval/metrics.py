@@ -1,8 +1,8 @@
 """Every routing metric of the two papers, for any cutoff, per query and aggregated.
 
 A metric is named ``<family>@<K>`` (or ``set_compat``) and parsed by :func:`parse_metric`, so
-``eval.metrics`` can ask for any cutoff: ``hit@K``, ``mrr@K``, ``r@K``, ``p@K``, ``fc@K``, ``ndcg@K``,
-``comp@K``, ``set_compat``.
+``eval.metrics`` can ask for any cutoff: ``hit@K``, ``mrr@K``, ``r@K``, ``p@K``, ``map@K``, ``fc@K``,
+``ndcg@K``, ``comp@K``, ``set_compat``.
 
 Conventions (shared by all metrics):
 
@@ -20,6 +20,8 @@ Per-query definitions:
 ``mrr@K``      1 / r for the first rank r <= K holding a GT id, else 0
 ``r@K``        |GT ∩ top-K| / |GT|                              (recall)
 ``p@K``        |GT ∩ top-K| / K                                 (precision; SkillRouter's P@3)
+``map@K``      Σ over ranks r <= K holding a GT id of p@r, / |GT|  (trec_eval's map_cut_K, as SkillRet's
+               evaluator reports it through pytrec_eval: the denominator is |GT|, not min(|GT|, K))
 ``fc@K``       1 if GT ⊆ top-K else 0                           (SkillRouter's full coverage)
 ``ndcg@K``     DCG@K / IDCG@K, DCG = Σ_r gain(ranked[r]) / log2(r + 1), linear gains. Gains are the
                query's graded labels where it has any (SkillRouter: ``relevance`` restricted to the
@@ -38,7 +40,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..data.types import Query
 
 DEFAULT_METRICS = ("hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat")
-_NAME = re.compile(r"^(hit|mrr|r|p|fc|ndcg|comp)@([1-9][0-9]*)$")
+_NAME = re.compile(r"^(hit|mrr|r|p|map|fc|ndcg|comp)@([1-9][0-9]*)$")
 
 
 def _dedupe(ranked: Sequence[str]) -> list[str]:
@@ -66,6 +68,15 @@ def recall_at(ranked: Sequence[str], gt: set[str], k: int) -> float:
 
 def precision_at(ranked: Sequence[str], gt: set[str], k: int) -> float:
     return len(gt.intersection(ranked[:k])) / k
+
+
+def average_precision_at(ranked: Sequence[str], gt: set[str], k: int = 10) -> float:
+    hits, total = 0, 0.0
+    for rank, sid in enumerate(ranked[:k], start=1):
+        if sid in gt:
+            hits += 1
+            total += hits / rank
+    return total / len(gt)
 
 
 def full_coverage_at(ranked: Sequence[str], gt: set[str], k: int = 10) -> float:
@@ -97,6 +108,7 @@ _FAMILIES: dict[str, Callable[[list[str], set[str], Query, int], float]] = {
     "mrr": lambda r, gt, q, k: mrr_at(r, gt, k),
     "r": lambda r, gt, q, k: recall_at(r, gt, k),
     "p": lambda r, gt, q, k: precision_at(r, gt, k),
+    "map": lambda r, gt, q, k: average_precision_at(r, gt, k),
     "fc": lambda r, gt, q, k: full_coverage_at(r, gt, k),
     "ndcg": lambda r, gt, q, k: ndcg_at(r, gains_of(q), k),
     "comp": lambda r, gt, q, k: completeness_at(r, gt, k),
@@ -127,7 +139,7 @@ def parse_metric(name: str) -> Metric:
         return Metric(name, "set_compat", None)
     match = _NAME.match(name)
     if not match:
-        raise ValueError(f"unknown metric {name!r}: use hit@K, mrr@K, r@K, p@K, fc@K, ndcg@K, comp@K or set_compat")
+        raise ValueError(f"unknown metric {name!r}: use hit@K, mrr@K, r@K, p@K, map@K, fc@K, ndcg@K, comp@K or set_compat")
     return Metric(name, match.group(1), int(match.group(2)))
 
 
