@@ -264,13 +264,11 @@ class SlurmGridLauncher(SlurmLauncher):
         cfg = self.frozen[idx]
         run_dir = sweep_dir / str(idx)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if (run_dir / "metrics.json").exists():  # the cell ended; its task died after it
-            return JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=cfg, working_dir=str(run_dir),
-                             status=JobStatus.COMPLETED, _return_value=None)
-        failed = {"choices": cell_choices(cfg, cfg.hydra.runtime.choices), "status": "failed",
-                  "error": lost_job_reason(job), "ended": time.time()}
-        for name in ("metrics.json", "status.json"):
-            atomic_write_json(run_dir / name, failed)
-        log.error("cell #%d lost: %s", idx, failed["error"])
+        if not (run_dir / "metrics.json").exists():  # else the cell ended and its task died after it
+            failed = {"choices": cell_choices(cfg, cfg.hydra.runtime.choices), "status": "failed",
+                      "error": lost_job_reason(job), "ended": time.time()}
+            for name in ("metrics.json", "status.json"):
+                atomic_write_json(run_dir / name, failed)
+            log.error("cell #%d lost: %s", idx, failed["error"])
         return JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=cfg, working_dir=str(run_dir),
                          status=JobStatus.COMPLETED, _return_value=None)

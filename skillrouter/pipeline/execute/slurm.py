@@ -93,8 +93,7 @@ def _fuse(units: list[Unit], same_job: Callable[[Stage, Stage], bool]) -> list[U
             waiting = [j for j, u in enumerate(units) if root(j) not in (p, i) and p in {root(d) for d in u.deps}]
             if waiting or not same_job(units[p].primary, unit.primary) or not deps - {p} <= _ancestors(p, units, root):
                 continue
-            units[p].stages += unit.stages
-            units[p].deps = sorted({root(d) for d in units[p].deps} | (deps - {p}))
+            units[p].stages += unit.stages  # its other inputs are p's ancestors already: p's deps stand
             into[i] = p
             break
     kept = [i for i in range(len(units)) if root(i) == i]
