@@ -13,6 +13,7 @@ from skillrouter.pipeline.compose import compose_cell
 from skillrouter.pipeline.execute.build import Builder
 from skillrouter.pipeline.execute.local import LocalExecutor
 from skillrouter.pipeline.execute.slurm import plan_units
+from skillrouter.pipeline.journal import StageJournal
 from skillrouter.pipeline.plan import noop_refusal, plan_grid, render
 from skillrouter.stages.graph import walk
 
@@ -160,3 +161,22 @@ def test_a_stage_another_job_is_building_plans_as_building(cells, tmp_path):
     lock.write_text(json.dumps({"host": "another-node", "pid": 1, "token": "t"}))
     states = {p.stage.kind: p.state for p in plan_grid(graphs, StageCache(tmp_path / "cache"), overrides).stages}
     assert states == {"builtin_data": "build", "load_data": "build", "retrieve": "building"}
+
+
+def test_two_jobs_building_one_cheap_stage_leave_it_built(cells, tmp_path):
+    """Job A builds the stage; job B, which needed it too, finds it cached, whichever of them writes last: the
+    journal keeps A's ``built`` (a ``reused`` over it hid who built the stage, for status and the cells)."""
+    graphs, _ = cells([("encoder=bm25",)])
+    load = graphs[0].named["load_data"]
+    journal, cache = StageJournal(tmp_path / "sweep"), StageCache(tmp_path / "cache")
+    job_a, job_b = (Builder(cache, journal, progress=False, job_id=j) for j in ("1", "2"))
+    job_a.ensure_inputs(load)
+    job_a.build(load)
+    job_b.build(load)
+    assert journal.read(load)["state"] == "built" and journal.read(load)["job_id"] == "1"
+    journal.write(load, "running", job_id="1")  # B finds it cached while A has not journaled its build yet
+    job_b.build(load)
+    assert journal.read(load)["state"] == "reused"
+    journal.write(load, "built", job_id="1")
+    job_b.build(load)
+    assert journal.read(load)["state"] == "built"

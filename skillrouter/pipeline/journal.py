@@ -11,8 +11,9 @@ import json
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..cache.locks import FileLock
 from ..data.jsonl import atomic_write_json
 from ..stages.graph import Stage
 
@@ -36,23 +37,29 @@ class StageJournal:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def write(self, stage: Stage, state: str, **info: Any) -> dict[str, Any]:
-        """Record ``state`` for ``stage``, keeping what earlier writes said (job id, start time)."""
+    def write(self, stage: Stage, state: str, unless: Callable[[dict[str, Any] | None], bool] | None = None,
+              **info: Any) -> dict[str, Any] | None:
+        """Record ``state`` for ``stage``, keeping what earlier writes said (job id, start time) — unless
+        ``unless(current record)`` says not to (then None). Read and write happen under the record's lock:
+        two jobs that both build a cheap stage must not write ``reused`` over the other's ``built``."""
         self.root.mkdir(parents=True, exist_ok=True)
-        record = {**(self.read(stage) or {}), "stage": stage.kind, "key": stage.key, "state": state,
-                  "resource": stage.resource, "cheap": stage.cheap, **info}
-        if state == "running":
-            record.update(started=time.time(), host=socket.gethostname())
-        if state in TERMINAL:
-            record["ended"] = time.time()
-        atomic_write_json(self.path(stage.kind, stage.key), record)
-        return record
+        with FileLock(self.root / f"{stage.kind}-{stage.key}.lock", stale_after=30.0, poll=0.05):
+            current = self.read(stage)
+            if unless and unless(current):
+                return None
+            record = {**(current or {}), "stage": stage.kind, "key": stage.key, "state": state,
+                      "resource": stage.resource, "cheap": stage.cheap, **info}
+            if state == "running":
+                record.update(started=time.time(), host=socket.gethostname())
+            if state in TERMINAL:
+                record["ended"] = time.time()
+            atomic_write_json(self.path(stage.kind, stage.key), record)
+            return record
 
     def note(self, stage: Stage, **info: Any) -> None:
         """Add to ``stage``'s record without changing its state (``pending`` when it has none yet): the
         job that will build it, a damaged entry of it that was quarantined."""
-        rec = self.read(stage)
-        self.write(stage, rec["state"] if rec else "pending", **info)
+        self.write(stage, (self.read(stage) or {}).get("state", "pending"), **info)
 
     def all(self) -> dict[str, dict[str, Any]]:
         """Every record, by key."""

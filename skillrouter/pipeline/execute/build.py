@@ -62,11 +62,11 @@ class Builder:
 
     def build(self, stage: Stage, **journal_info: Any) -> StageRecord:
         """Get or build ``stage`` (its inputs must be complete), journaled: ``running`` (unless another job
-        is on it: this one waits for its lock), then ``built``, or ``reused`` (never over another job's
-        ``built``), or ``failed`` with the error (re-raised)."""
-        before = self.journal.read(stage) if self.journal else None
-        if self.journal and not (before and before["state"] == "running" and before.get("job_id") != self.job_id):
-            self.journal.write(stage, "running", job_id=self.job_id, pid=os.getpid(), **journal_info)
+        is on it — this one waits for its lock — or has built it), then ``built``, or ``reused`` (never over
+        another job's ``built``), or ``failed`` with the error (re-raised)."""
+        if self.journal:
+            self.journal.write(stage, "running", unless=lambda r: self._taken(stage, r), job_id=self.job_id,
+                               pid=os.getpid(), **journal_info)
         t0 = time.perf_counter()
 
         def run(out, work=None):
@@ -83,10 +83,17 @@ class Builder:
             raise
         if self.journal and not rec.cached:
             self.journal.write(stage, "built", job_id=self.job_id, seconds=rec.seconds)
-        elif self.journal and (self.journal.read(stage) or {}).get("state") != "built":
-            self.journal.write(stage, "reused", seconds=rec.seconds)
+        elif self.journal:
+            self.journal.write(stage, "reused", unless=lambda r: bool(r) and r["state"] == "built", seconds=rec.seconds)
         self.records[stage.key] = rec
         return rec
+
+    def _taken(self, stage: Stage, record: dict[str, Any] | None) -> bool:
+        """Another job is building ``stage``, or it was built and still is."""
+        if not record:
+            return False
+        return ((record["state"] == "running" and record.get("job_id") != self.job_id)
+                or (record["state"] == "built" and self.complete(stage)))
 
     def ensure_inputs(self, stage: Stage, done: set[str] | None = None) -> None:
         """Build the cheap inputs of ``stage`` that are missing (theirs first); a missing non-cheap input
