@@ -11,11 +11,14 @@ Text styles, so a released checkpoint reads what its evaluator fed it, character
 * ``joined`` (ours): parts stripped, capped, empty parts dropped, joined by `` | ``; queries stripped;
 * ``skillrouter``: ``f"{name} | {description[:d]} | {body[:b]}"`` as the SkillRouter release
   writes it (always every part, nothing stripped); queries cut, not stripped;
-* ``r3``: R3-Skill's released ``text`` verbatim (R3's models truncate by tokens, not characters).
+* ``release``: the release's own text verbatim, as its reader stored it (``extra["text"]``: R3-Skill's
+  ``text`` field, SkillRet's ``name | description | skill_md``, SRA-Bench's ``name\ndescription\ncontent``);
+  their models truncate by tokens, not characters. A skill without one gets ``name | description | body``.
 
 Reranker documents (``prompt_format``): ``qwen3`` (Qwen3-Reranker's own ``<Document>:`` prompt, built
 in :mod:`skillrouter.rerank.scorers`), the SkillRouter release's ``flat-full`` / ``flat-nd`` /
-``struct`` blocks, and ``r3`` (the text of :func:`render_skill` in ``r3`` style).
+``struct`` blocks, ``r3`` (the text of :func:`render_skill` in ``release`` style) and ``skillret``
+(``<Document>: `` + that text, SkillRet's ``_format_pair``).
 """
 from __future__ import annotations
 
@@ -26,8 +29,8 @@ from typing import Mapping
 from .data.types import Skill
 
 FIELD_MODES = ("nd", "all", "oracle_nd")
-TEXT_STYLES = ("joined", "skillrouter", "r3")
-PROMPT_FORMATS = ("qwen3", "flat-full", "flat-nd", "struct", "r3")
+TEXT_STYLES = ("joined", "skillrouter", "release")
+PROMPT_FORMATS = ("qwen3", "flat-full", "flat-nd", "struct", "r3", "skillret")
 SEPARATOR = " | "
 
 
@@ -56,23 +59,24 @@ def _description(skill: Skill, mode: str, oracle: Mapping[str, str] | None) -> s
 def render_skill(skill: Skill, mode: str, caps: Caps, oracle: Mapping[str, str] | None = None,
                  style: str = "joined") -> str:
     description = _description(skill, mode, oracle)
-    if style == "r3" and mode == "all" and isinstance(skill.extra.get("text"), str):
+    if style == "release" and mode == "all" and isinstance(skill.extra.get("text"), str):
         return skill.extra["text"]
     parts = [skill.name, description] + ([skill.body] if mode == "all" else [])
     if style == "joined":
         capped = [parts[0], _cap(parts[1].strip(), caps.description)] + [_cap(p, caps.body) for p in parts[2:]]
         return SEPARATOR.join(p.strip() for p in capped if p.strip())
-    if style in ("skillrouter", "r3"):
+    if style in ("skillrouter", "release"):
         limits = (None, caps.description, caps.body) if style == "skillrouter" else (None, None, None)
         return SEPARATOR.join(_cap(p, c) for p, c in zip(parts, limits))
     raise ValueError(f"text style must be one of {TEXT_STYLES}, got {style!r}")
 
 
 def render_reranker_document(skill: Skill, prompt_format: str, mode: str, caps: Caps,
-                             oracle: Mapping[str, str] | None = None) -> str:
-    """The document part of a reranker prompt (SkillRouter's ``format_rerank_prompt`` blocks)."""
+                             oracle: Mapping[str, str] | None = None, style: str = "joined") -> str:
+    """The document part of a reranker prompt (SkillRouter's ``format_rerank_prompt`` blocks); ``style``:
+    the ``qwen3`` document's text style."""
     if prompt_format == "qwen3":
-        return render_skill(skill, mode, caps, oracle)
+        return render_skill(skill, mode, caps, oracle, style)
     if prompt_format in ("flat-full", "flat-nd"):
         flat_mode = "nd" if prompt_format == "flat-nd" and mode == "all" else mode
         return "<Document>: " + render_skill(skill, flat_mode, caps, oracle, style="skillrouter")
@@ -80,7 +84,9 @@ def render_reranker_document(skill: Skill, prompt_format: str, mode: str, caps: 
         return (f"<Skill>:\n<Name>: {skill.name}\n<Description>: {_cap(_description(skill, mode, oracle), caps.description)}\n"
                 f"<Body>: {_cap(skill.body, caps.body) if mode == 'all' else ''}")
     if prompt_format == "r3":
-        return render_skill(skill, mode, caps, oracle, style="r3")
+        return render_skill(skill, mode, caps, oracle, style="release")
+    if prompt_format == "skillret":
+        return "<Document>: " + render_skill(skill, mode, caps, oracle, style="release")
     raise ValueError(f"reranker.prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
 
 
@@ -108,7 +114,7 @@ class TextSpec:
 
     def skill(self, skill: Skill, oracle: Mapping[str, str] | None = None) -> str:
         if self.prompt_format is not None:
-            return render_reranker_document(skill, self.prompt_format, self.mode, self.caps, oracle)
+            return render_reranker_document(skill, self.prompt_format, self.mode, self.caps, oracle, self.style)
         return render_skill(skill, self.mode, self.caps, oracle, self.style)
 
     def query(self, text: str) -> str:

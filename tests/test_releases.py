@@ -15,7 +15,7 @@ from skillrouter.data import download as download_module
 from skillrouter.data.dataset import load_source
 from skillrouter.data.download import ensure_release
 from skillrouter.data.loaders import ErrorPolicy
-from skillrouter.data.releases import load_skillrouter_core
+from skillrouter.data.releases.skillrouter_core import load_skillrouter_core
 from skillrouter.data.types import LoadReport
 from skillrouter.rankings import read_external
 
@@ -96,7 +96,7 @@ def test_r3_release_and_hard_tier_refused(tmp_path):
 def test_download_lands_once_and_offline_says_what_to_do(tmp_path, core, monkeypatch):
     calls = []
 
-    def fake_snapshot(dest):  # the test's stand-in for huggingface_hub.snapshot_download
+    def fake_snapshot(dest, revision):  # the test's stand-in for huggingface_hub.snapshot_download
         calls.append(dest)
         shutil.copytree(core, dest, dirs_exist_ok=True)
 

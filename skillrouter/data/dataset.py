@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .loaders import ErrorPolicy, check_ground_truth, is_number, load_pool, load_queries
-from .releases import load_r3_skill, load_skillrouter_core
+from .releases import POOL_READERS, load_release, reader
 from .types import DataError, Dataset, LoadReport, Query, Skill
 
 log = logging.getLogger(__name__)
@@ -76,14 +76,13 @@ def grade_variants(queries: list[Query], distractors: list[Skill], policy: Error
     return out
 
 
-DATA_SOURCES = ("files", "skillrouter_core", "r3_skill")
-
-
-def load_source(data: Mapping[str, Any], tier: str, with_distractors: bool) -> Dataset:
+def load_source(data: Mapping[str, Any], tier: str, with_distractors: bool, role: str = "eval") -> Dataset:
     """The dataset a ``data`` config slice names, for one tier.
 
-    ``source: files`` reads ``pool`` + ``queries`` (+ ``distractors`` on the Hard tier);
-    ``skillrouter_core`` and ``r3_skill`` read a release under ``root`` (already downloaded).
+    ``source: files`` reads ``pool`` + ``queries`` (+ ``distractors`` on the Hard tier); a release source
+    (:data:`skillrouter.data.releases.READERS`) reads the release under ``root`` (already downloaded).
+    ``role="train"`` with a ``train_pool``: that pool, with the benchmark's queries (what the training stages
+    keep out of their positives), instead of the benchmark's pool.
     """
     source = data.get("source", "files")
     policy = ErrorPolicy(data.get("on_error", "raise"), LoadReport())
@@ -94,33 +93,43 @@ def load_source(data: Mapping[str, Any], tier: str, with_distractors: bool) -> D
                             "both paths are required (data=jsonl data.pool=PATH data.queries=PATH)")
         if with_distractors and not data.get("distractors"):
             raise DataError("config", None, "data.distractors", "tier=hard needs a distractor JSONL")
-        return load_dataset(data["pool"], data["queries"], distractors=data["distractors"] if with_distractors else None,
-                            pool_format=data.get("pool_format", "auto"), queries_format=data.get("queries_format", "auto"),
-                            on_error=policy.on_error, max_field_chars=max_chars)
-    if not data.get("root"):
+        dataset = load_dataset(data["pool"], data["queries"], distractors=data["distractors"] if with_distractors else None,
+                               pool_format=data.get("pool_format", "auto"), queries_format=data.get("queries_format", "auto"),
+                               on_error=policy.on_error, max_field_chars=max_chars)
+    elif not data.get("root"):
         raise DataError("config", None, "data.root", f"data={source} needs the release folder")
-    if source == "skillrouter_core":
-        return load_skillrouter_core(data["root"], tier, policy, max_chars)
-    if source == "r3_skill":
-        if tier != "easy":
-            raise DataError("config", None, "tier", "R3-Skill has a single test pool: use tier=easy")
-        return load_r3_skill(data["root"], policy, max_chars)
-    raise DataError("config", None, "data.source", f"expected one of {DATA_SOURCES}, got {source!r}")
+    else:
+        dataset = load_release(source, data, tier, policy, max_chars)
+    if role == "train" and data.get("train_pool"):
+        return training_dataset(data, dataset, ErrorPolicy(policy.on_error, dataset.report), max_chars)
+    return dataset
 
 
-def source_files(data: Mapping[str, Any], tier: str, with_distractors: bool) -> list[Path]:
+def training_dataset(data: Mapping[str, Any], benchmark: Dataset, policy: ErrorPolicy, max_chars: int) -> Dataset:
+    """The training pool ``data.train_pool`` (``train_pool_format``: auto | jsonl | tree | r3 | skillret) with
+    the benchmark's queries; a training pool that shares an id with the benchmark's ground truth is refused
+    (its negatives or candidates could be evaluated skills)."""
+    fmt, path = data.get("train_pool_format") or "auto", data["train_pool"]
+    pool = POOL_READERS[fmt](path, policy, max_chars) if fmt in POOL_READERS else load_pool(path, fmt, policy, max_chars)
+    labelled = {g for q in benchmark.queries for g in q.all_gt}
+    overlap = sorted(labelled.intersection(s.id for s in pool))
+    if overlap:
+        raise DataError(str(path), None, "id", f"{len(overlap)} training-pool skills are benchmark ground truth "
+                        f"(first: {overlap[:3]}): a training pool must be disjoint from what is evaluated")
+    log.info("data: training pool %s: %d skills", path, len(pool))
+    return Dataset(skills=pool, queries=benchmark.queries, report=benchmark.report)
+
+
+def source_files(data: Mapping[str, Any], tier: str, with_distractors: bool, role: str = "eval") -> list[Path]:
     """Every file :func:`load_source` reads for this slice (a folder stands for all files under it):
     what a cached, parsed copy of the dataset is keyed on."""
     source = data.get("source", "files")
     if source == "files":
         named = [data.get("pool"), data.get("queries")] + ([data.get("distractors")] if with_distractors else [])
-    elif source == "skillrouter_core":
-        root = Path(data["root"])
-        named = [root / "manifest.json", root / "tasks.jsonl", root / "relevance.json", root / tier]
-    elif source == "r3_skill":
-        named = [Path(data["root"]) / "data" / "skills_test.jsonl", Path(data["root"]) / "data" / "test.jsonl"]
     else:
-        raise DataError("config", None, "data.source", f"expected one of {DATA_SOURCES}, got {source!r}")
+        named = reader(source).files(Path(data["root"]), tier, data)
+    if role == "train" and data.get("train_pool"):
+        named.append(data["train_pool"])
     files: list[Path] = []
     for p in (Path(p) for p in named if p):
         files += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]

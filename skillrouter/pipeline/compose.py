@@ -10,12 +10,14 @@ the config and the content of the user's files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
 from ..data import DataError, builtin
-from ..data.download import ensure_release
+from ..data.download import RELEASES, ensure_release
+from ..data.releases import READERS
 from ..fields import Caps, TextSpec
 from ..rerank.scorers import RerankerSpec
 from ..retrieval.dense import EncoderSpec
@@ -30,7 +32,6 @@ from ..train.encoder import EncoderLoss
 from ..train.loop import TrainConfig
 from ..train.negatives import NegativeCounts
 
-RELEASE_SOURCES = ("skillrouter_core", "r3_skill")
 SYNTH_PREFIX = "synth:"
 BM25_MINING = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
 
@@ -51,9 +52,14 @@ def _caps(section: DictConfig, default: DictConfig) -> Caps:
     return Caps(description=caps.description, body=caps.body)
 
 
+def _data_style(cfg: DictConfig) -> str:
+    """The text a dataset asks for when a model's preset names none (a release's own text, or ours)."""
+    return cfg.data.get("text_style") or "joined"
+
+
 def encoder_text(cfg: DictConfig) -> TextSpec:
     enc = _stage_model(cfg.encoder)
-    return TextSpec(mode=cfg.fields.mode, style=enc.get("text_style", "joined"), caps=_caps(enc, cfg.caps.encoder),
+    return TextSpec(mode=cfg.fields.mode, style=enc.get("text_style") or _data_style(cfg), caps=_caps(enc, cfg.caps.encoder),
                     query_cap=enc.query_cap if "query_cap" in enc else cfg.caps.query,
                     query_instruction=enc.get("query_instruction", ""))
 
@@ -61,7 +67,7 @@ def encoder_text(cfg: DictConfig) -> TextSpec:
 def reranker_text(cfg: DictConfig) -> TextSpec:
     rr = _stage_model(cfg.reranker)
     prompt_format = rr.get("prompt_format", "qwen3")
-    return TextSpec(mode=cfg.fields.mode, style="joined" if prompt_format == "qwen3" else "skillrouter",
+    return TextSpec(mode=cfg.fields.mode, style=_data_style(cfg) if prompt_format == "qwen3" else "skillrouter",
                     caps=_caps(rr, cfg.caps.reranker), query_cap=rr.query_cap if "query_cap" in rr else cfg.caps.query,
                     prompt_format=prompt_format)
 
@@ -128,8 +134,11 @@ class CellComposer:
             generated = self.record("builtin_data", builtin_data(data["builtin"]))
             self.builtin = {k: builtin_file(generated, k) for k in builtin.FILES}
             data.update({k: v for k, v in self.builtin.items() if not data.get(k)}, source="files")
-        if data.get("source") in RELEASE_SOURCES and not data.get("root"):
-            data["root"] = str(ensure_release(data["source"], cfg.data_dir))
+        if data.get("source") in RELEASES and not data.get("root"):
+            data["root"] = str(ensure_release(data["source"], cfg.data_dir, data.get("revision")))
+        training = READERS[data["source"]].training if data.get("source") in READERS else None
+        if training:  # a release's own training split, where the user named no other
+            data.update({k: v for k, v in training(Path(data["root"]), data).items() if not data.get(k)})
         self.data = data
         for key in ("pool", "queries"):  # SkillBench-Supp replaces the benchmark itself
             if reference(data.get(key)):
@@ -154,8 +163,9 @@ class CellComposer:
         return self.record("load_data_supp", load_data(files, "easy", False))
 
     def base(self) -> Stage:
-        """The dataset training and generation read: this cell's data without Hard-tier additions."""
-        return self.record("load_data_base", load_data(self.data, "easy", False))
+        """The dataset training and generation read: this cell's data without Hard-tier additions, or its
+        ``data.train_pool`` (with the benchmark's queries, which training keeps out of its positives)."""
+        return self.record("load_data_base", load_data(self.data, "easy", False, role="train"))
 
     def dataset(self) -> Stage:
         return self.record("load_data", load_data(self.data, self.cfg.tier.name, bool(self.cfg.tier.distractors)))

@@ -26,7 +26,7 @@ QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requir
 QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
-RELEASE_FORMATS = ("flat-full", "flat-nd", "struct")
+RELEASE_FORMATS = {"flat-full": "\n\n", "flat-nd": "\n\n", "struct": "\n\n", "skillret": "\n"}  # prompt lines' separator
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class RerankerSpec:
     max_length: int = 256
     instruction: str = "Given a task, judge whether this agent skill helps complete it"
     batch_size: int = 32
-    prompt_format: str = "qwen3"  # qwen3 | flat-full | flat-nd | struct | r3 (see skillrouter.fields)
+    prompt_format: str = "qwen3"  # qwen3 | flat-full | flat-nd | struct | r3 | skillret (see skillrouter.fields)
     body_max_tokens: int = 4096   # st_cross_encoder: body segment cut (R3)
     trust_remote_code: bool = False
 
@@ -91,7 +91,8 @@ class PairScorer(nn.Module):
         the document; the instruction+query head is cut (from its end) only where it would leave the
         document less than a quarter of the budget. Release formats: prefix + the tokenizer's own
         truncation of ``<Instruct>: i\n\n<Query>: q\n\n<document block>`` to ``max_length`` minus
-        prefix and suffix + suffix, exactly as the SkillRouter evaluator builds them.
+        prefix and suffix + suffix, exactly as the SkillRouter evaluator builds them (SkillRet's
+        ``_score_batch``: the same with single newlines).
         """
         tok = self.tokenizer
 
@@ -101,7 +102,8 @@ class PairScorer(nn.Module):
         prefix, suffix = ids([QWEN3_PREFIX])[0], ids([QWEN3_SUFFIX])[0]
         budget = self.spec.max_length - len(prefix) - len(suffix)
         if self.spec.prompt_format in RELEASE_FORMATS:
-            texts = [f"<Instruct>: {self.spec.instruction}\n\n<Query>: {q}\n\n{d}" for q, d in zip(queries, docs)]
+            sep = RELEASE_FORMATS[self.spec.prompt_format]
+            texts = [f"<Instruct>: {self.spec.instruction}{sep}<Query>: {q}{sep}{d}" for q, d in zip(queries, docs)]
             rows = [prefix + t + suffix for t in tok(texts, padding=False, truncation=True, max_length=budget,
                                                      return_attention_mask=False)["input_ids"]]
         else:

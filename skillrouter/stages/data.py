@@ -17,6 +17,7 @@ from ..train.pairs import TrainExample, load_pairs
 from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inputs
 
 LOAD_PARAMS = ("source", "pool_format", "queries_format", "on_error", "max_field_chars")
+RELEASE_PARAMS = ("revision", "split", "datasets")  # keyed only where a slice sets them
 DATA_FILES = ("pool", "queries", "distractors")  # what load_data reads; oracle_nd and train_pairs go elsewhere
 EXAMPLES = "examples.jsonl"
 
@@ -38,25 +39,29 @@ def builtin_file(stage: Stage, name: str) -> StageFile:
 def _build_load(ctx: BuildContext) -> dict[str, Any]:
     p = ctx.params
     data = {**ctx.stage.options["data"], **{slot: ctx.file(slot) for slot in DATA_FILES if ctx.file(slot)}}
-    dataset = load_source(data, p["tier"], p["distractors"])
+    dataset = load_source(data, p["tier"], p["distractors"], p.get("role", "eval"))
     write_dataset(dataset, ctx.out)
     return {"n_skills": len(dataset.skills), "n_queries": len(dataset.queries),
             "n_training_pool": len(dataset.training_pool()), "items": len(dataset.skills)}
 
 
-def load_data(data: Mapping[str, Any], tier: str, with_distractors: bool) -> Stage:
+def load_data(data: Mapping[str, Any], tier: str, with_distractors: bool, role: str = "eval") -> Stage:
     """The parsed, validated dataset of a ``data`` slice for one tier, stored columnar: the first
     stage that reads it parses and validates, every other reads columns. Keyed by the content of the
-    user's files it reads, and by the stages that made the others (built-in, generated)."""
+    user's files it reads, and by the stages that made the others (built-in, generated). ``role="train"``:
+    the dataset training reads, which is ``data.train_pool`` where the slice names one."""
     refs: dict[str, FileRef | None] = {slot: data.get(slot) for slot in DATA_FILES}
     if not with_distractors:
         refs["distractors"] = None
     inputs, _, names, _ = file_inputs(refs)
     plain = {k: v for k, v in data.items() if not isinstance(v, StageFile)}
-    user_files = source_files({**plain, **dict.fromkeys(inputs)}, tier, with_distractors)
-    params = {**{k: data.get(k) for k in LOAD_PARAMS}, "tier": tier, "distractors": with_distractors, "files": names}
+    role = "train" if role == "train" and data.get("train_pool") else "eval"
+    user_files = source_files({**plain, **dict.fromkeys(inputs)}, tier, with_distractors, role)
+    params = {**{k: data.get(k) for k in LOAD_PARAMS}, **{k: data[k] for k in RELEASE_PARAMS if data.get(k) is not None},
+              "tier": tier, "distractors": with_distractors, "files": names,
+              **({"role": role, "train_pool_format": data.get("train_pool_format") or "auto"} if role == "train" else {})}
     return Stage("load_data", _build_load, params, inputs=inputs, files={"source": FileInput.of(user_files)}, cheap=True, options={"data": plain},
-                 code=(loaders, releases, dataset_module, columnar))
+                 code=(loaders, releases, *releases.MODULES, dataset_module, columnar))
 
 
 def _build_pairs(ctx: BuildContext) -> dict[str, Any]:

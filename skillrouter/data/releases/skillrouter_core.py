@@ -1,19 +1,14 @@
-"""The papers' released benchmarks, read exactly as published, each with its evaluator's protocol.
-
-One function per release; each docstring is that release's schema. Both return a whole
-:class:`Dataset` (pool + scored queries) because the protocol ties the two together: the scored
-ground truth is the labelled set *restricted to the pool* of the tier being evaluated.
-"""
+"""SkillRouter's eval-core release (``pipizhao/SkillRouter-Eval-Core``), read as its evaluator reads it:
+the scored ground truth is the labelled set *restricted to the pool* of the tier being evaluated."""
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .jsonl import read_json, read_jsonl
-from .loaders import (ErrorPolicy, check_ground_truth, check_id, collect_unique, grades_field, id_list, load_pool_r3,
-                      load_r3_queries, make_skill, str_field)
-from .types import DataError, Dataset, LoadReport, Query, Skill
+from ..jsonl import read_json, read_jsonl
+from ..loaders import ErrorPolicy, check_id, collect_unique, grades_field, id_list, make_skill, str_field
+from ..types import DataError, Dataset, LoadReport, Query, Skill
 
 SKILLROUTER_TIERS = ("easy", "hard")
 TASK_TYPES = ("clean", "mixed", "generic_only")
@@ -140,19 +135,3 @@ def load_skillrouter_core(root: str | Path, tier: str, policy: ErrorPolicy, max_
     gt_anywhere = {g for rel in relevance.values() if isinstance(rel, dict) for g in rel.get("gt_skill_ids", []) or []}
     variants = {g for rel in relevance.values() if isinstance(rel, dict) for g in (rel.get("relevance") or {})} - gt_anywhere
     return Dataset(skills=skills, queries=queries, report=policy.report, distractor_ids=frozenset(variants & pool_ids))
-
-
-def load_r3_skill(root: str | Path, policy: ErrorPolicy, max_field_chars: int) -> Dataset:
-    """R3-Skill as released in the R3 repository: ``data/skills_test.jsonl``
-    ``{"id", "text": "name | description | body"}`` and ``data/test.jsonl``
-    ``{"query", "skill_ids": [...], ...}`` (see :func:`load_r3_queries`). Every GT id must be in the
-    pool (R3 scores all of them)."""
-    root = Path(root)
-    skills = load_pool_r3(root / "data" / "skills_test.jsonl", policy, max_field_chars)
-    queries_path = root / "data" / "test.jsonl"
-    queries = check_ground_truth(load_r3_queries(queries_path, policy), {s.id for s in skills}, policy, str(queries_path))
-    if not queries:
-        raise DataError(str(queries_path), None, None, "no query left to evaluate after validation")
-    return Dataset(skills=skills, queries=queries, report=policy.report)
-
-
