@@ -77,3 +77,106 @@ def r3_skill(root: Path) -> Path:
         {"query": "tune the slow sql and parse the logs", "skill_ids": ["skill-00004", "skill-00005"], "lang": "zh-en", "k": 2},
     ])
     return root
+
+
+SKILLRET_EMPTY = {"namespace": "fixture", "author": "", "stars": 0, "installs": 0, "license": "MIT", "repo": "",
+                  "source_url": "", "raw_url": "", "sub": "", "primary_action": "", "primary_object": ""}
+TRAIN_TOPICS = [("tsv-joiner", "Join TSV files", "Merge two tab separated tables on a shared key column."),
+                ("json-linter", "Lint JSON", "Check json documents against a schema and report the bad paths."),
+                ("video-trimmer", "Trim video", "Cut the first seconds of a clip and re-encode it for the web."),
+                ("index-advisor", "Advise on indexes", "Suggest database indexes from a slow query log."),
+                ("trace-reader", "Read traces", "Follow a distributed trace and find the slowest span.")]
+
+
+def _skillret_skill(prefix: str, i: int, name: str, desc: str, body: str, major: str) -> dict:
+    return {"id": f"{prefix}/{name}", "name": name, **SKILLRET_EMPTY, "description": desc, "major": major,
+            "domain": major, "body": body, "skill_md": f"---\nname: {name}\ndescription: {desc}\n---\n{body}"}
+
+
+def skillret(root: Path) -> Path:
+    """SkillRet layout: data/{skills,queries,qrels}/{train,test}.jsonl + data/skills.jsonl + data/taxonomy.json.
+
+    Test: the six topics (one with an empty skill_md, which falls back to its description) and 3 queries — one
+    with ``labels`` (they win over skill_ids), one whose qrels disagree with its skill_ids. Train: five other
+    skills and six pairs, one of them multi-positive."""
+    data = root / "data"
+    test = [_skillret_skill("test", i, n, d, b, "data" if i % 2 == 0 else "media") for i, (n, d, b) in enumerate(TOPICS)]
+    test[4]["skill_md"] = ""  # sql-tuner
+    train = [_skillret_skill("train", i, n, d, b, "tools") for i, (n, d, b) in enumerate(TRAIN_TOPICS)]
+    write_jsonl(data / "skills" / "test.jsonl", test)
+    write_jsonl(data / "skills" / "train.jsonl", train)
+    write_jsonl(data / "skills.jsonl", test + train)
+    (data / "taxonomy.json").write_text(json.dumps({"major": ["data", "media", "tools"]}))
+    queries = [
+        {"id": "q-csv", "original_id": "q-csv", "query": "remove the duplicate rows from my table",
+         "skill_ids": ["test/csv-cleaner"], "skill_names": ["csv-cleaner"], "k": 1, "generator_model": "fixture"},
+        {"id": "q-media", "original_id": "q-media", "query": "resize the photos and cut the podcast",
+         "skill_ids": ["test/image-resizer", "test/audio-cutter"], "skill_names": ["image-resizer", "audio-cutter"], "k": 2,
+         "generator_model": "fixture"},
+        {"id": "q-sql", "original_id": "q-sql", "query": "tune the slow sql and parse the logs",
+         "skill_ids": ["test/sql-tuner"], "skill_names": ["sql-tuner"], "k": 2, "generator_model": "fixture",
+         "labels": [{"id": "test/sql-tuner", "relevance": 1}, {"id": "test/log-parser", "relevance": 1}]},
+    ]
+    write_jsonl(data / "queries" / "test.jsonl", queries)
+    write_jsonl(data / "qrels" / "test.jsonl", [
+        {"query_id": "q-csv", "skill_id": "test/csv-cleaner", "relevance": 1},
+        {"query_id": "q-media", "skill_id": "test/image-resizer", "relevance": 1},  # audio-cutter left out: disagrees
+        {"query_id": "q-sql", "skill_id": "test/sql-tuner", "relevance": 1},
+        {"query_id": "q-sql", "skill_id": "test/log-parser", "relevance": 1}])
+    train_queries = [("join the two tab separated exports on the id column", ["train/tsv-joiner"]),
+                     ("validate these json payloads against our schema", ["train/json-linter"]),
+                     ("shorten the intro of this clip for the website", ["train/video-trimmer"]),
+                     ("which index would speed up these slow queries", ["train/index-advisor"]),
+                     ("find the slow span in this request trace", ["train/trace-reader"]),
+                     ("lint the json and merge the tsv tables", ["train/json-linter", "train/tsv-joiner"])]
+    write_jsonl(data / "queries" / "train.jsonl", [
+        {"id": f"train-{i:05d}", "original_id": f"train-{i:05d}", "query": q, "skill_ids": ids,
+         "skill_names": [s.split("/")[1] for s in ids], "k": len(ids), "generator_model": "fixture"}
+        for i, (q, ids) in enumerate(train_queries)])
+    write_jsonl(data / "qrels" / "train.jsonl", [{"query_id": f"train-{i:05d}", "skill_id": s, "relevance": 1}
+                                                 for i, (_, ids) in enumerate(train_queries) for s in ids])
+    return root
+
+
+def sra_bench(root: Path) -> Path:
+    """SRA-Bench layout: data/bench/corpus/corpus.json.zip (holding corpus.json) and data/bench/instances/<dataset>.json.
+    Instances of two release datasets (theoremqa, logicbench) and one without annotations."""
+    import zipfile
+
+    corpus = [{"skill_id": f"sk_{i:03d}", "name": n, "description": d, "content": b} for i, (n, d, b) in enumerate(TOPICS)]
+    corpus[5]["tools"] = [{"name": "count_errors"}]
+    folder = root / "data" / "bench"
+    (folder / "corpus").mkdir(parents=True)
+    with zipfile.ZipFile(folder / "corpus" / "corpus.json.zip", "w") as z:
+        z.writestr("corpus.json", json.dumps(corpus))
+    (folder / "instances").mkdir()
+    (folder / "instances" / "theoremqa.json").write_text(json.dumps([
+        {"instance_id": "theoremqa_000", "dataset": "theoremqa", "question": "remove the duplicate rows from my table",
+         "skill_annotations": ["sk_000"], "eval_data": {"answer": "1"}},
+        {"instance_id": "theoremqa_001", "dataset": "theoremqa", "question": "nothing to retrieve here",
+         "skill_annotations": [], "eval_data": {"answer": "2"}}]))
+    (folder / "instances" / "logicbench.json").write_text(json.dumps([
+        {"instance_id": "logicbench_000", "dataset": "logicbench", "question": "resize the photos and cut the podcast",
+         "skill_annotations": ["sk_002", "sk_003"], "eval_data": {"answer": "yes"}},
+        {"instance_id": "logicbench_001", "dataset": "logicbench", "question": "tune the slow sql and parse the logs",
+         "skill_annotations": ["sk_004", "sk_005"], "eval_data": {"answer": "no"}}]))
+    return root
+
+
+def skillretbench(root: Path) -> Path:
+    """SkillRetBench layout: skill_corpus.json {meta, statistics, skills} and skillretbench_queries.json {meta, queries};
+    one query's outdated_skill_id is not in the corpus."""
+    root.mkdir(parents=True, exist_ok=True)
+    skills = [{"skill_id": f"srb-{i}", "skill_name": n, "description": d, "trigger_phrases": [n.replace("-", " ")],
+               "anti_triggers": [], "korean_triggers": [], "composable_skills": [], "category": "data", "full_text": b}
+              for i, (n, d, b) in enumerate(TOPICS)]
+    (root / "skill_corpus.json").write_text(json.dumps({"meta": {"version": "fixture"}, "statistics": {"n": len(skills)},
+                                                        "skills": skills}))
+    queries = [{"query_id": "srbq-0", "query": "remove the duplicate rows from my table", "setting": "single",
+                "gold_skills": ["srb-0"], "distractor_skills": ["srb-1"], "outdated_skill_id": None},
+               {"query_id": "srbq-1", "query": "resize the photos and cut the podcast", "setting": "composition",
+                "gold_skills": ["srb-2", "srb-3"], "distractor_skills": [], "outdated_skill_id": "srb-old-7"},
+               {"query_id": "srbq-2", "query": "tune the slow sql", "setting": "versioned",
+                "gold_skills": ["srb-4"], "distractor_skills": [], "outdated_skill_id": "srb-5"}]
+    (root / "skillretbench_queries.json").write_text(json.dumps({"meta": {"version": "fixture"}, "queries": queries}))
+    return root

@@ -9,7 +9,9 @@ from ir_measures import Qrel, ScoredDoc
 
 from skillrouter.data.types import Query
 from skillrouter.eval.metrics import (aggregate, completeness_at, full_coverage_at, hit_at_1, mrr_at, ndcg_at,
-                                      per_query, recall_at, recall_curve, set_compat)
+                                      per_query, per_query_rows, recall_at, recall_curve, set_compat)
+
+from .conftest import ROOT
 
 RANKED = ["x", "a", "y", "b", "z"]
 
@@ -189,3 +191,49 @@ def test_breakdown_by_a_query_tag():
     assert counts["lang=en"] == 1 and counts["lang=zh"] == 2
     assert metrics["lang=en/hit@1"] == 1.0 and metrics["lang=zh/hit@1"] == 0.5
     assert metrics["lang=zh/set_compat"] == 1.0 and metrics["lang=en/set_compat"] is None
+
+
+def _protocol(name: str):
+    import yaml
+
+    from skillrouter.eval.metrics import parse_metrics
+    return parse_metrics(yaml.safe_load((ROOT / "conf" / "eval" / f"{name}.yaml").read_text())["metrics"])
+
+
+def test_skillret_protocol_by_hand_and_as_its_trec_eval_computes_it():
+    """eval=skillret: pytrec_eval's ndcg_cut / map_cut / recall / P at 5, 10, 15 (binary gains) and the release's
+    Completeness@K (recall_K == 1), computed the way skillret/eval.py's trec_eval does, on the same run."""
+    import pytrec_eval
+
+    queries = [Query("q1", "t", gt=("a", "b")), Query("q2", "t", gt=("c",)), Query("q3", "t", gt=("d", "e", "f"))]
+    rankings = {"q1": ["a", "x", "y", "b"] + [f"n{i}" for i in range(16)], "q2": [f"n{i}" for i in range(11)] + ["c"],
+                "q3": ["d", "e"] + [f"n{i}" for i in range(13)] + ["f"]}
+    ours, _ = aggregate(rankings, queries, _protocol("skillret"))
+    by_hand = {"q1": {"ndcg@5": (1 + 1 / math.log2(5)) / (1 + 1 / math.log2(3)), "map@5": (1 + 2 / 4) / 2, "r@5": 1.0,
+                      "p@5": 2 / 5, "fc@5": 1.0},
+               "q2": {"ndcg@5": 0.0, "map@5": 0.0, "r@5": 0.0, "p@5": 0.0, "fc@5": 0.0, "ndcg@15": 1 / math.log2(13),
+                      "map@15": 1 / 12, "fc@15": 1.0},
+               "q3": {"r@15": 2 / 3, "fc@15": 0.0, "p@15": 2 / 15}}
+    rows = per_query_rows(rankings, queries, _protocol("skillret"))
+    for qid, expected in by_hand.items():
+        assert rows[qid] == pytest.approx({**rows[qid], **expected})
+    qrels = {q.id: dict.fromkeys(q.gt, 1) for q in queries}
+    run = {qid: {d: float(len(r) - i) for i, d in enumerate(r)} for qid, r in rankings.items()}
+    scores = pytrec_eval.RelevanceEvaluator(qrels, {"map_cut.5,10,15", "ndcg_cut.5,10,15", "recall.5,10,15", "P.5,10,15"}
+                                            ).evaluate(run)
+    for k in (5, 10, 15):
+        for family, measure in (("ndcg", "ndcg_cut"), ("map", "map_cut"), ("r", "recall"), ("p", "P")):
+            assert ours[f"{family}@{k}"] == pytest.approx(sum(s[f"{measure}_{k}"] for s in scores.values()) / 3)
+        assert ours[f"fc@{k}"] == pytest.approx(sum(s[f"recall_{k}"] == 1.0 for s in scores.values()) / 3)
+
+
+def test_sra_bench_protocol_by_hand():
+    """eval=sra_bench (sragents/retrieve/metrics.py): Recall@K = hits / |gold|, nDCG@K with binary gains and the
+    ideal over min(|gold|, K), K = 1, 5, 10, 50."""
+    q = Query("i1", "t", gt=("a", "b", "c"))
+    ranked = ["x", "a"] + [f"n{i}" for i in range(7)] + ["b"] + [f"m{i}" for i in range(30)] + ["c"]
+    row = per_query(ranked, q, _protocol("sra_bench"))
+    idcg = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert row == pytest.approx({"r@1": 0.0, "r@5": 1 / 3, "r@10": 2 / 3, "r@50": 1.0, "ndcg@1": 0.0,
+                                 "ndcg@5": (1 / math.log2(3)) / idcg, "ndcg@10": (1 / math.log2(3) + 1 / math.log2(11)) / idcg,
+                                 "ndcg@50": (1 / math.log2(3) + 1 / math.log2(11) + 1 / math.log2(42)) / idcg})

@@ -115,3 +115,65 @@ def test_r3_reranker_preset(tiny):
     expected = tok([R3_RERANK + "dedupe my table"], [pairs[0][1]], padding=True, truncation="longest_first",
                    max_length=4096, return_tensors="pt")
     assert torch.equal(features["input_ids"], expected["input_ids"])
+
+
+SKILLRET_QUERY = "Instruct: Given a skill search query, retrieve relevant skills that match the query\nQuery: "
+SKILLRET_RERANK = "Given a skill search query, judge whether the skill document is relevant and useful for the query"
+SKILLCORPUS_QUERY = ("Instruct: Given a task description, retrieve the most relevant skill document that would help an "
+                     "agent complete the task\nQuery:")
+SKILLCORPUS_RERANK = ("Given a task description, judge whether the skill document is relevant and useful for completing "
+                      "the task")
+RELEASED = Skill("test/csv-kit", "csv-kit", "Cleans CSV", "x" * 9000, extra={"text": "csv-kit | Cleans CSV | " + "x" * 9000})
+
+
+@pytest.mark.parametrize("preset", ["skillret_emb_0.6b", "skillret_emb_8b"])
+def test_skillret_embedding_presets(tiny, preset):
+    cfg = _cfg(f"encoder={preset}", f"encoder.model={tiny['base']}")
+    text = encoder_text(cfg)
+    assert text.skill(RELEASED) == RELEASED.extra["text"]  # name | description | skill_md, nothing cut
+    assert text.query(TASK) == SKILLRET_QUERY + TASK  # the prompt, then the query as written
+    assert _cfg(f"encoder={preset}").encoder.model == {"skillret_emb_0.6b": "ThakiCloud/SKILLRET-Embedding-0.6B",
+                                 "skillret_emb_8b": "ThakiCloud/SKILLRET-Embedding-8B"}[preset]
+    model = load_encoder(encoder_spec(cfg.encoder))
+    assert model.max_seq_length == 32768
+    batch = [text.query("dedupe my table"), text.skill(RELEASED)]
+    expected = model.tokenizer(batch, padding=True, truncation=True, max_length=32768, return_tensors="pt")
+    assert torch.equal(model.tokenize(batch)["input_ids"], expected["input_ids"])
+
+
+def test_skillret_reranker_preset(tiny):
+    cfg = _cfg("reranker=skillret_rank_0.6b", f"reranker.model={tiny['causal_lm']}", "reranker.max_length=80")
+    text = reranker_text(cfg)
+    doc = text.skill(RELEASED)
+    assert doc == "<Document>: " + RELEASED.extra["text"] and text.query(TASK) == TASK
+    assert _cfg("reranker=skillret_rank_0.6b").reranker.model == "ThakiCloud/SKILLRET-Reranker-0.6B"
+    assert cfg.reranker.instruction == SKILLRET_RERANK
+    scorer = PairScorer(reranker_spec(cfg.reranker))
+    tok = scorer.tokenizer
+    prefix, suffix = tok.encode(QWEN3_PREFIX, add_special_tokens=False), tok.encode(QWEN3_SUFFIX, add_special_tokens=False)
+    pair = f"<Instruct>: {SKILLRET_RERANK}\n<Query>: {TASK}\n{doc}"  # Qwen3RankModel._format_pair: single newlines
+    body = tok(pair, padding=False, truncation=True, max_length=80 - len(prefix) - len(suffix))["input_ids"]
+    assert _causal_rows(scorer, [TASK], [doc]) == [prefix + body + suffix]
+    assert cfg.topk == 20  # RERANK_TOP_K
+
+
+def test_skillcorpus_presets(tiny):
+    cfg = _cfg("encoder=skillcorpus_emb_0.6b", f"encoder.model={tiny['base']}", "reranker=skillcorpus_rank_0.6b",
+               f"reranker.model={tiny['causal_lm']}", "reranker.max_length=96")
+    hub = _cfg("encoder=skillcorpus_emb_0.6b", "reranker=skillcorpus_rank_0.6b")
+    assert (hub.encoder.model, hub.reranker.model) == ("EverMind-AI/skillcorpus-embedding-0.6b",
+                                                       "EverMind-AI/skillcorpus-reranker-0.6b")
+    enc = encoder_text(cfg)
+    assert enc.skill(LONG) == f"{LONG.name} | {LONG.description[:500]} | {LONG.body[:8000]}"  # format_skill
+    assert enc.query(TASK) == SKILLCORPUS_QUERY + TASK[:2000]
+    model = load_encoder(encoder_spec(cfg.encoder))
+    assert model.max_seq_length == 2048 and model.tokenizer.padding_side == "left"
+    rr = reranker_text(cfg)
+    doc = rr.skill(LONG)
+    assert doc == f"<Document>: {LONG.name} | {LONG.description[:500]} | {LONG.body[:2000]}"
+    scorer = PairScorer(reranker_spec(cfg.reranker))
+    tok = scorer.tokenizer
+    prefix, suffix = tok.encode(QWEN3_PREFIX, add_special_tokens=False), tok.encode(QWEN3_SUFFIX, add_special_tokens=False)
+    prompt = f"<Instruct>: {SKILLCORPUS_RERANK}\n\n<Query>: {TASK}\n\n{doc}"
+    body = tok(prompt, padding=False, truncation=True, max_length=96 - len(prefix) - len(suffix), return_attention_mask=False)
+    assert _causal_rows(scorer, [TASK], [doc]) == [prefix + body["input_ids"] + suffix]

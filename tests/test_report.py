@@ -157,7 +157,23 @@ def test_reproduction_table_against_published_values(tmp_path):
     assert r3.loc["hit@1", "ours"] == 70.0 and r3.loc["hit@1", "published"] == 72.07
     assert r3.loc["hit@1", "diff (pp)"] == pytest.approx(-2.07)
     assert pd.isna(r3.loc["ndcg@15", "ours"]) and r3.loc["ndcg@15", "published"] == 82.05  # the run has no nDCG@15
-    reranked = table[table["row"].str.startswith("R3-Reranker")]
+    reranked = table[table["table"] == "Table 7"]
     assert reranked["ours"].isna().all() and reranked["published"].notna().all()  # no run: paper column still filled
     md = plain_to_markdown(table, "Paper vs ours")
     assert "| 74.00 " in md and "—" in md
+
+
+def test_skillret_rows_pick_the_run_of_their_protocol(tmp_path):
+    """The same cell scored under eval=skillret and eval=r3 is two runs (neither supersedes the other); each
+    published row reads the run of its own protocol."""
+    root = tmp_path / "g"
+    cell = {"data": "skillret", "encoder": "skillret_emb_0.6b", "tier": "easy"}
+    make_run(root, "0", [1] * 7 + [0] * 3, eval="skillret", **cell)
+    make_run(root, "1", [1] * 5 + [0] * 5, eval="r3", **cell)
+    runs = collect([root], tmp_path)
+    assert not runs["superseded"].any()
+    table = reproduction_table(runs)
+    own = table[table["row"] == "SKILLRET-Embedding-0.6B"].set_index("metric")
+    assert (own.loc["fc@10", "ours"], own.loc["fc@10", "published"]) == (70.0, 75.09) and own.loc["fc@10", "run"].endswith("0")
+    r3 = table[(table["table"] == "Table 6") & table["row"].str.startswith("SkillRet-Embedding-0.6B")].iloc[0]
+    assert r3["ours"] == 50.0 and pd.isna(r3["published"])

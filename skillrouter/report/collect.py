@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 log = logging.getLogger(__name__)
-CHOICE_KEYS = ("data", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed")
+CHOICE_KEYS = ("data", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed")
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -41,7 +41,7 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=["run", "status", "error", *CHOICE_KEYS])
     df = pd.DataFrame(rows).sort_values("run", kind="stable").reset_index(drop=True)
     done = df["status"] == "completed"
-    key = df[list(CHOICE_KEYS)].astype(str).agg("|".join, axis=1)
+    key = df[list(CHOICE_KEYS)].fillna("").astype(str).agg("|".join, axis=1)  # eval is absent from older runs
     latest = df[done].groupby(key[done]).tail(1).index
     df["superseded"] = done & ~df.index.isin(latest)
     return df

@@ -14,7 +14,7 @@ from .tables import TIER_VALUES
 
 COLUMNS = ["paper", "table", "row", "tier", "metric", "ours", "published", "diff (pp)", "run"]
 NOTES = ["ours and published in %, diff = ours - published in percentage points; --- : no run (see the sweeps "
-         "reproduce_skillrouter / reproduce_r3) or no published value.",
+         "reproduce_skillrouter / reproduce_r3 / reproduce_r3_skillret) or no published value.",
          "Tiny stand-in models make the 'ours' column a format check, not a reproduction; with the real checkpoints "
          "(hub access) the same sweeps fill it for real."]
 
