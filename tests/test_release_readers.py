@@ -3,7 +3,9 @@ texts, protocols, one-line errors, the same BM25 metrics as the same data in pla
 SkillRet's train split."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import zipfile
 
 import pytest
@@ -173,9 +175,11 @@ def test_a_release_layout_and_plain_jsonl_give_the_same_bm25_metrics(tmp_path, r
 
 
 @pytest.mark.slow
-def test_a_trained_encoder_runs_end_to_end_from_skillrets_train_split(tmp_path, skillret):
-    """No synthesis stage: the train queries are the pairs, the train skills the pool negatives come from."""
-    proc = launch(tmp_path, "data=skillret", f"data.root={skillret}", "encoder=trained", "eval=skillret",
+def test_trained_models_run_end_to_end_from_skillrets_train_split(tmp_path, skillret):
+    """No synthesis stage: the train queries are the pairs, the train skills the pool that negatives and the
+    reranker's training candidates come from."""
+    proc = launch(tmp_path, "data=skillret", f"data.root={skillret}", "encoder=trained", "reranker=trained", "eval=skillret",
+                  "reranker.train.batch_size=2", "reranker.list_size=3", "reranker.base.max_length=64",
                   "encoder.train.batch_size=2", "encoder.negatives.semantic=1", "encoder.negatives.lexical=1",
                   "encoder.negatives.category=0", "encoder.negatives.random=1", "encoder.base.max_seq_length=32",
                   multirun=False)
@@ -187,3 +191,26 @@ def test_a_trained_encoder_runs_end_to_end_from_skillrets_train_split(tmp_path, 
     assert not any(name.startswith("synth") for name in stages)
     assert cache.manifest("train_pairs", stages["train_pairs"]["key"])["n_examples"] == 6
     assert cache.manifest("load_data", stages["load_data_base"]["key"])["n_skills"] == 5  # the train pool
+    assert {"reranker_candidates", "train_reranker", "rerank"} <= set(stages)
+
+
+def test_a_pinned_revision_downloads_into_its_own_folder(tmp_path, skillret, monkeypatch):
+    from skillrouter.data import download
+
+    seen = []
+
+    def fake_hub(dest, revision):  # stands in for snapshot_download(..., revision=revision)
+        seen.append(revision)
+        shutil.copytree(skillret, dest, dirs_exist_ok=True)
+
+    monkeypatch.setitem(download.RELEASES, "skillret", dataclasses.replace(download.RELEASES["skillret"], fetch=fake_hub))
+    v1 = download.ensure_release("skillret", tmp_path / "data", "7cae7cf")
+    assert v1.name == "skillret@7cae7cf" and seen == ["7cae7cf"]
+    assert download.ensure_release("skillret", tmp_path / "data", "7cae7cf") == v1 and seen == ["7cae7cf"]
+    assert download.ensure_release("skillret", tmp_path / "data", "main").name == "skillret@main"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setitem(download.RELEASES, "skillret", dataclasses.replace(
+        download.RELEASES["skillret"], fetch=download.hub_fetch(download.SKILLRET_REPO, download.SKILLRET_PATTERNS)))
+    with pytest.raises(DataError, match=r"skillret could not be downloaded .*python -m skillrouter.data.download skillret "
+                                        r"--revision REV --dest DIR"):
+        download.ensure_release("skillret", tmp_path / "offline", "7cae7cf")
