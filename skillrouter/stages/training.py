@@ -86,21 +86,30 @@ def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
     query = TextSpec.from_dict(p["query_text"])
     renamed = [TrainExample(query.query(ex.query), ex.positives, ex.skip) for ex in examples]
+    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
     _, losses = train_encoder(EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx), EncoderLoss(**p["loss"]),
-                              TrainConfig(**p["train"]), ctx.work, ctx.out / "model")
+                              train, ctx.work, ctx.out / "model")
     return _curve(ctx, losses, len(examples))
 
 
 def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, text: TextSpec, query_text: TextSpec,
                      data: Stage, pairs: Stage, negatives: Stage, oracle: FileRef | None = None) -> Stage:
-    """InfoNCE (or R3's multi-positive InfoNCE) fine-tuning of the base encoder on the mined lists."""
+    """InfoNCE (or R3's multi-positive InfoNCE) fine-tuning of the base encoder on the mined lists.
+    ``train.mini_batch`` is an option, not a param: cached gradients are the same gradients (to float
+    tolerance), so it does not change the key, as ``embed.shards`` does not."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    params = {"base": asdict(spec), "loss": asdict(loss), "train": asdict(train), "text": skill_text(text),
+    params = {"base": asdict(spec), "loss": asdict(loss), "train": _keyed(train), "text": skill_text(text),
               "query_text": asdict(query_text), "files": names}
     return Stage("train_encoder", _build_encoder, params,
-                 inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True, options={"paths": paths},
+                 inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True,
+                 options={"paths": paths, "mini_batch": train.mini_batch},
                  items=Items("pairs", "n_examples", "train.epochs"),
                  code=(*TRAIN_CODE, encoder_module))
+
+
+def _keyed(train: TrainConfig) -> dict[str, Any]:
+    """What a training's key reads of its config: everything but how a step is split into forward passes."""
+    return {k: v for k, v in asdict(train).items() if k != "mini_batch"}
 
 
 def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
@@ -116,7 +125,7 @@ def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainC
                       data: Stage, pairs: Stage, candidates: Stage, oracle: FileRef | None = None) -> Stage:
     """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    params = {"base": asdict(spec), "loss": dict(loss), "train": asdict(train), "list_size": list_size,
+    params = {"base": asdict(spec), "loss": dict(loss), "train": _keyed(train), "list_size": list_size,
               "text": skill_text(text), "files": names}
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,

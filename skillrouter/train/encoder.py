@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from ..models import device
 from ..retrieval.dense import EncoderSpec, load_encoder
+from .grad_cache import cached_backward
 from .loop import TrainConfig, set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from .pairs import TrainExample
@@ -51,7 +53,8 @@ def _embed(model, texts: list[str]) -> Tensor:
 def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: list[list[str]], skill_texts: dict[str, str],
                   loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path):
     """Train and save a sentence-transformers model (or only its LoRA adapter) to ``out_dir``;
-    return ``(model, loss_curve)``. Query texts must already carry the encoder's instruction prefix."""
+    return ``(model, loss_curve)``. Query texts must already carry the encoder's instruction prefix.
+    ``cfg.mini_batch``: texts per forward pass, the loss still over the whole batch (GradCache)."""
     set_seed(cfg.seed)
     model = load_encoder(spec).to(device())
     model.float()  # train in fp32 (autocast supplies bf16 on CUDA)
@@ -68,7 +71,8 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
     else:
         raise ValueError(f"encoder loss must be infonce or multi_infonce, got {loss_cfg.name!r}")
 
-    def compute_loss(indices) -> Tensor:
+    def batch_loss(indices) -> tuple[list[str], Callable[[Tensor], Tensor]]:
+        """The batch's texts (queries, then candidates) and its loss as a function of their embeddings."""
         batch = [rows[i] for i in indices]
         cand_ids = list(dict.fromkeys([r.positive for r in batch] + [n for r in batch for n in r.negatives]))
         col = {cid: j for j, cid in enumerate(cand_ids)}
@@ -78,12 +82,22 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
             for s in r.siblings:
                 if s in col:
                     siblings[i, col[s]] = True
-        q = _embed(model, [r.query for r in batch])
-        c = _embed(model, [skill_texts[cid] for cid in cand_ids])
-        if isinstance(loss_fn, MultiPositiveInfoNCELoss):
-            return loss_fn(q, c, positive, siblings)
-        return loss_fn(q, c, positive, exclude=siblings)  # single-positive: other GT leave the denominator
 
-    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder")
+        def loss_of(emb: Tensor) -> Tensor:
+            q, c = emb[: len(batch)], emb[len(batch):]
+            if isinstance(loss_fn, MultiPositiveInfoNCELoss):
+                return loss_fn(q, c, positive, siblings)
+            return loss_fn(q, c, positive, exclude=siblings)  # single-positive: other GT leave the denominator
+
+        return [r.query for r in batch] + [skill_texts[cid] for cid in cand_ids], loss_of
+
+    def compute_loss(indices) -> Tensor:
+        texts, loss_of = batch_loss(indices)
+        if cfg.mini_batch:  # GradCache: backpropagates itself, memory set by the mini-batch
+            return cached_backward(lambda chunk: _embed(model, chunk), texts, cfg.mini_batch, loss_of, model.device)
+        n_queries = len(indices)
+        return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
+
+    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=bool(cfg.mini_batch))
     model.save(str(out_dir))
     return model, losses

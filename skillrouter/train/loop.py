@@ -41,6 +41,7 @@ class TrainConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     checkpoint_every: int = 20
+    mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
 
 
 def set_seed(seed: int) -> None:
@@ -100,8 +101,9 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
 
 
 def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]], Tensor], cfg: TrainConfig,
-          work_dir: Path, desc: str = "train") -> list[float]:
-    """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss.
+          work_dir: Path, desc: str = "train", backpropagates: bool = False) -> list[float]:
+    """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss
+    (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do).
     Returns the per-step loss curve (including steps done before a resume)."""
     from transformers import get_cosine_schedule_with_warmup
 
@@ -130,7 +132,8 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
     for step in bar:
         with autocast:
             loss = compute_loss(steps[step])
-        loss.backward()
+        if not backpropagates:
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         optimizer.step()
         scheduler.step()
