@@ -116,19 +116,21 @@ def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
     p = ctx.params
     examples = read_examples(ctx.input("pairs"))
     lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
-    _, losses = train_reranker(RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"], TrainConfig(**p["train"]),
-                               ctx.work, ctx.out / "model")
+    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
+    _, losses = train_reranker(RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"], train, ctx.work,
+                               ctx.out / "model")
     return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}
 
 
 def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainConfig, list_size: int, text: TextSpec,
                       data: Stage, pairs: Stage, candidates: Stage, oracle: FileRef | None = None) -> Stage:
-    """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates."""
+    """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates
+    (``train.mini_batch``: pairs per forward pass, an option like the encoder's)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"base": asdict(spec), "loss": dict(loss), "train": _keyed(train), "list_size": list_size,
               "text": skill_text(text), "files": names}
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
-                 options={"paths": paths}, items=Items("pairs", "n_examples", "train.epochs"),
+                 options={"paths": paths, "mini_batch": train.mini_batch}, items=Items("pairs", "n_examples", "train.epochs"),
                  code=(*TRAIN_CODE, reranker_module, scorers_module))
 

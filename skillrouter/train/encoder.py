@@ -94,7 +94,7 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
     def compute_loss(indices) -> Tensor:
         texts, loss_of = batch_loss(indices)
         if cfg.mini_batch:  # GradCache: backpropagates itself, memory set by the mini-batch
-            return cached_backward(lambda chunk: _embed(model, chunk), texts, cfg.mini_batch, loss_of, model.device)
+            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch, loss_of, model.device)
         n_queries = len(indices)
         return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from ..rerank.scorers import PairScorer, RerankerSpec
+from .grad_cache import cached_backward
 from .loop import TrainConfig, set_seed, train
 from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
 from .pairs import TrainExample
@@ -54,21 +56,14 @@ def make_loss(loss: dict) -> torch.nn.Module:
     raise ValueError(f"reranker loss must be listwise, pointwise or graded, got {name!r}")
 
 
-def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: dict[str, str], loss: dict,
-                   cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[PairScorer, list[float]]:
-    """Train and save the scorer (or its LoRA adapter) to ``out_dir``; return ``(scorer, loss_curve)``."""
-    set_seed(cfg.seed)
-    lora = {"r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout} if cfg.lora else None
-    scorer = PairScorer(spec, lora=lora)
-    scorer.model.float()
-    loss_fn = make_loss(loss)
+def list_batch(batch: list[CandidateList], skill_texts: dict[str, str], loss_name: str, loss_fn: torch.nn.Module
+               ) -> tuple[list[tuple[str, str]], Callable[[Tensor], Tensor]]:
+    """A batch's (query, skill text) pairs, list by list, and its loss as a function of their ``[pairs]`` scores:
+    the split that lets the scores come from chunks of pairs (cached gradients)."""
+    width = max(len(b.ids) for b in batch)
+    pairs = [(b.query, skill_texts[c]) for b in batch for c in b.ids]
 
-    def compute_loss(indices) -> Tensor:
-        batch = [lists[i] for i in indices]
-        width = max(len(b.ids) for b in batch)
-        queries = [b.query for b in batch for _ in b.ids]
-        docs = [skill_texts[c] for b in batch for c in b.ids]
-        flat = scorer(queries, docs)
+    def loss_of(flat: Tensor) -> Tensor:
         scores = torch.full((len(batch), width), float("-inf"), device=flat.device)
         labels = torch.zeros(len(batch), width, device=flat.device)
         offset = 0
@@ -76,13 +71,36 @@ def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: 
             scores[i, : len(b.ids)] = flat[offset: offset + len(b.ids)]
             labels[i, : len(b.ids)] = torch.tensor(b.grades, device=flat.device)
             offset += len(b.ids)
-        if loss["name"] == "listwise":
+        if loss_name == "listwise":
             return loss_fn(scores, labels.argmax(dim=1))
-        if loss["name"] == "pointwise":
+        if loss_name == "pointwise":
             valid = torch.isfinite(scores)
             return loss_fn(scores[valid], labels[valid])
         return loss_fn(scores.masked_fill(~torch.isfinite(scores), -1e4), labels.masked_fill(~torch.isfinite(scores), -1e4))
 
-    losses = train(scorer, len(lists), compute_loss, cfg, work_dir, desc=f"train reranker ({loss['name']})")
+    return pairs, loss_of
+
+
+def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: dict[str, str], loss: dict,
+                   cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[PairScorer, list[float]]:
+    """Train and save the scorer (or its LoRA adapter) to ``out_dir``; return ``(scorer, loss_curve)``.
+    ``cfg.mini_batch``: pairs per forward pass, the loss still over whole lists (cached gradients)."""
+    set_seed(cfg.seed)
+    lora = {"r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout} if cfg.lora else None
+    scorer = PairScorer(spec, lora=lora)
+    scorer.model.float()
+    loss_fn = make_loss(loss)
+
+    def score(pairs) -> Tensor:
+        return scorer([q for q, _ in pairs], [d for _, d in pairs])
+
+    def compute_loss(indices) -> Tensor:
+        pairs, loss_of = list_batch([lists[i] for i in indices], skill_texts, loss["name"], loss_fn)
+        if cfg.mini_batch:  # chunks of pairs with cached gradients: the lists may outgrow one forward pass
+            return cached_backward(score, pairs, cfg.mini_batch, loss_of, scorer.model.device)
+        return loss_of(score(pairs))
+
+    losses = train(scorer, len(lists), compute_loss, cfg, work_dir, desc=f"train reranker ({loss['name']})",
+                   backpropagates=bool(cfg.mini_batch))
     scorer.save(out_dir)
     return scorer, losses
