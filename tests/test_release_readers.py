@@ -214,3 +214,18 @@ def test_a_pinned_revision_downloads_into_its_own_folder(tmp_path, skillret, mon
     with pytest.raises(DataError, match=r"skillret could not be downloaded .*python -m skillrouter.data.download skillret "
                                         r"--revision REV --dest DIR"):
         download.ensure_release("skillret", tmp_path / "offline", "7cae7cf")
+
+
+@pytest.mark.slow
+def test_skillrets_recipe_trains_on_its_train_split_with_cached_gradients(tmp_path, skillret):
+    """recipe=skillret: in-batch negatives only, batch 384 (here the whole train split in one step), mini-batches
+    of 32 texts; on this CPU with MiniLM as the base."""
+    proc = launch(tmp_path, "data=skillret", f"data.root={skillret}", "recipe=skillret", "encoder@encoder.base=minilm",
+                  "encoder.base.max_seq_length=32", "encoder.train.mini_batch=4", "eval=skillret", multirun=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    cache = StageCache(tmp_path / "cache")
+    trained = cache.manifest("train_encoder", m["stages"]["train_encoder"]["key"])
+    assert trained["n_examples"] == 6 and trained["loss_first"] is not None
+    negatives = json.loads((cache.entry("mine_negatives", m["stages"]["mine_negatives"]["key"]) / "negatives.json").read_text())
+    assert negatives == [[]] * 6  # no mined negatives: the batch's other positives are the negatives
