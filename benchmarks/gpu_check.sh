@@ -29,5 +29,7 @@ TINY=$(mktemp -d)
   echo "== serving latency, tiny Qwen3 stand-ins with the released presets' settings"
   $PY benchmarks/serving_latency.py --queries 50 --name gpu_tiny_qwen3 encoder=skillrouter_emb_0.6b \
       "encoder.model=$TINY/base" reranker=skillrouter_rank_0.6b "reranker.model=$TINY/causal_lm"
+  echo "== training memory per step, cached vs uncached (max_memory_allocated on CUDA)"
+  $PY benchmarks/train_memory.py --name train_memory_gpu
   echo "== done"
 } 2>&1 | tee "$OUT_DIR/gpu_check.txt"

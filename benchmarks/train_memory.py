@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--mini-batch", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--kinds", nargs="+", default=["encoder", "reranker"])
+    parser.add_argument("--name", default="train_memory", help="figures to reports/perf/<name>.*")
     parser.add_argument("--one", nargs=4, metavar=("KIND", "BATCH", "MINI", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -118,7 +119,7 @@ def main() -> None:
                 if not mini and batch == args.batches[0]:
                     uncached_peak = r["peak_mb"]
                 print(label, r, flush=True)
-    write_figures("train_memory", figures, "python benchmarks/train_memory.py " + " ".join(sys.argv[1:]))
+    write_figures(args.name, figures, "python benchmarks/train_memory.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

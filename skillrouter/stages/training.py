@@ -15,19 +15,19 @@ from ..rankings import read_rankings
 from ..rerank import scorers as scorers_module
 from ..rerank.scorers import RerankerSpec
 from ..retrieval.dense import EncoderSpec
-from ..train import encoder as encoder_module, fn_filter as fn_filter_module, loop as loop_module
+from ..train import data_parallel, encoder as encoder_module, fn_filter as fn_filter_module, loop as loop_module
 from ..train import losses as losses_module, negatives as negatives_module, reranker as reranker_module
-from ..train.encoder import EncoderLoss, train_encoder
+from ..train.encoder import EncoderLoss, train_encoder_losses
 from ..train.fn_filter import FalseNegativeFilter
 from ..train.loop import TrainConfig
 from ..train.negatives import NegativeCounts, mine_negatives
 from ..train.pairs import TrainExample
-from ..train.reranker import build_lists, train_reranker
+from ..train.reranker import build_lists, train_reranker_losses
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs
 from .retrieval import skill_text
 
-TRAIN_CODE = (loop_module, losses_module)
+TRAIN_CODE = (loop_module, losses_module)  # grad_cache / data_parallel: how a step runs, not what it computes
 FN_FILTER = "fn_filter.json"
 
 
@@ -87,8 +87,9 @@ def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     query = TextSpec.from_dict(p["query_text"])
     renamed = [TrainExample(query.query(ex.query), ex.positives, ex.skip) for ex in examples]
     train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
-    _, losses = train_encoder(EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx), EncoderLoss(**p["loss"]),
-                              train, ctx.work, ctx.out / "model")
+    losses = data_parallel.run(train_encoder_losses, (EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx),
+                                                      EncoderLoss(**p["loss"]), train, ctx.work, ctx.out / "model"),
+                               data_parallel.processes())
     return _curve(ctx, losses, len(examples))
 
 
@@ -117,8 +118,8 @@ def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
     examples = read_examples(ctx.input("pairs"))
     lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
     train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
-    _, losses = train_reranker(RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"], train, ctx.work,
-                               ctx.out / "model")
+    losses = data_parallel.run(train_reranker_losses, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
+                                                       train, ctx.work, ctx.out / "model"), data_parallel.processes())
     return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}
 
 

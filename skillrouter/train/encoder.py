@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..models import device
 from ..retrieval.dense import EncoderSpec, load_encoder
+from .data_parallel import is_main, rank_world
 from .grad_cache import cached_backward
 from .loop import TrainConfig, set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
@@ -91,13 +92,22 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
 
         return [r.query for r in batch] + [skill_texts[cid] for cid in cand_ids], loss_of
 
+    cached = bool(cfg.mini_batch) or rank_world()[1] > 1  # data-parallel: each process runs its share, cached
+
     def compute_loss(indices) -> Tensor:
         texts, loss_of = batch_loss(indices)
-        if cfg.mini_batch:  # GradCache: backpropagates itself, memory set by the mini-batch
-            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch, loss_of, model.device)
+        if cached:  # GradCache: backpropagates itself, memory set by the mini-batch
+            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch or len(texts), loss_of,
+                                   model.device)
         n_queries = len(indices)
         return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
 
-    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=bool(cfg.mini_batch))
-    model.save(str(out_dir))
+    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=cached)
+    if is_main():
+        model.save(str(out_dir))
     return model, losses
+
+
+def train_encoder_losses(*args) -> list[float]:
+    """:func:`train_encoder`'s loss curve (what a data-parallel process hands back)."""
+    return train_encoder(*args)[1]

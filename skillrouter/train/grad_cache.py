@@ -8,7 +8,9 @@ reranker scores — with activation memory set by the mini-batch instead of the 
 3. rerun each mini-batch with its graph under the same RNG state (so dropout draws the same masks) and
    backpropagate its slice of that gradient into the parameters.
 
-The parameters' gradients are those of the uncached loss over the same mini-batch outputs.
+The parameters' gradients are those of the uncached loss over the same mini-batch outputs. Under data-parallel
+training (:mod:`.data_parallel`) each process runs step 1 and 3 on its share of the items only, and step 2 on
+the outputs of all shares gathered: its gradients are its share's part of the global loss's gradient.
 """
 from __future__ import annotations
 
@@ -18,24 +20,29 @@ import torch
 from sentence_transformers.sentence_transformer.losses.cached_multiple_negatives_ranking import RandContext
 from torch import Tensor
 
+from .data_parallel import gather, share
+
 
 def cached_backward(forward: Callable[[Sequence[Any]], Tensor], items: Sequence[Any], mini_batch: int,
                     loss_of: Callable[[Tensor], Tensor], device: torch.device | str) -> Tensor:
     """Backpropagate ``loss_of(forward(items))`` (outputs concatenated along dim 0) into the parameters behind
-    ``forward``, ``mini_batch`` items per forward pass; returns the loss, detached."""
+    ``forward``, ``mini_batch`` items per forward pass (this process's share of them); returns the loss, detached."""
     if mini_batch < 1:
         raise ValueError(f"mini_batch must be a positive number of items, got {mini_batch}")
-    chunks = [items[i: i + mini_batch] for i in range(0, len(items), mini_batch)]
+    mine = items[share(len(items))]
+    if not mine:
+        raise ValueError(f"a batch of {len(items)} items cannot be shared by every training process")
+    chunks = [mine[i: i + mini_batch] for i in range(0, len(mine), mini_batch)]
     anchor = torch.empty(0, device=device)  # names the device whose RNG the replay restores
     states, reps = [], []
     with torch.no_grad():
         for chunk in chunks:
             states.append(RandContext(anchor))
             reps.append(forward(chunk))
-    full = torch.cat(reps).detach().requires_grad_()
+    full = gather(torch.cat(reps)).detach().requires_grad_()
     loss = loss_of(full)
     loss.backward()
-    for chunk, state, grad in zip(chunks, states, full.grad.split([len(c) for c in chunks])):
+    for chunk, state, grad in zip(chunks, states, full.grad[share(len(items))].split([len(c) for c in chunks])):
         with state:
             forward(chunk).backward(grad)
     return loss.detach()

@@ -24,6 +24,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
+
 log = logging.getLogger(__name__)
 
 
@@ -86,11 +88,16 @@ def latest_checkpoint(work_dir: Path) -> Path | None:
 
 
 def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, scheduler, losses: list[float]) -> None:
+    """Rank 0 writes it (the weights are the same everywhere), with every rank's RNG state."""
+    rng = gather_objects(_rng_state())
+    if not is_main():
+        barrier()
+        return
     tmp = work_dir / f".tmp-step-{step}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     torch.save({"model": _trainable_state(module), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": _rng_state()}, tmp / "state.pt")
+                "scheduler": scheduler.state_dict(), "rng": rng[0] if len(rng) == 1 else rng}, tmp / "state.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses}))
     final = work_dir / f"step-{step}"
     shutil.rmtree(final, ignore_errors=True)
@@ -98,13 +105,15 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
     for old in work_dir.glob("step-*"):  # keep only the newest checkpoint
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
+    barrier()
 
 
 def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]], Tensor], cfg: TrainConfig,
           work_dir: Path, desc: str = "train", backpropagates: bool = False) -> list[float]:
     """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss
-    (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do).
-    Returns the per-step loss curve (including steps done before a resume)."""
+    (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do; under
+    data-parallel training the ranks' gradients are then summed). Returns the per-step loss curve (including
+    steps done before a resume)."""
     from transformers import get_cosine_schedule_with_warmup
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +128,8 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         module.load_state_dict(state["model"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
+        rng = state["rng"]
+        _set_rng_state(rng[rank_world()[0]] if isinstance(rng, list) else rng)
         meta = json.loads((ckpt / "state.json").read_text())
         start, losses = meta["step"], meta["losses"]
         log.info("%s: resuming from %s (step %d of %d)", desc, ckpt, start, len(steps))
@@ -128,12 +138,13 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         module.gradient_checkpointing_enable()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
     module.train()
-    bar = tqdm(range(start, len(steps)), initial=start, total=len(steps), desc=desc, leave=False)
+    bar = tqdm(range(start, len(steps)), initial=start, total=len(steps), desc=desc, leave=False, disable=not is_main())
     for step in bar:
         with autocast:
             loss = compute_loss(steps[step])
         if not backpropagates:
             loss.backward()
+        sum_gradients(params)
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         optimizer.step()
         scheduler.step()

@@ -1,0 +1,66 @@
+"""Data-parallel training: two gloo processes on this CPU make the loss curve and train the weights that one
+process does on the same global batch (the outputs of both shares gathered, so every rank's positives are the
+other's in-batch negatives)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skillrouter.models import build_tiny_qwen3
+from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.retrieval.dense import EncoderSpec, load_encoder
+from skillrouter.train import data_parallel
+from skillrouter.train.encoder import EncoderLoss, train_encoder_losses
+from skillrouter.train.loop import TrainConfig
+from skillrouter.train.pairs import TrainExample
+from skillrouter.train.reranker import build_lists, train_reranker_losses
+
+TEXTS = dict(zip("abcdefgh", ["csv cleaner | drop duplicate rows", "image resizer | thumbnails", "audio cutter | trim silence",
+                              "pdf reader | extract text", "sql tuner | add an index", "log parser | group lines",
+                              "notes | keep notes", "mailer | send the weekly email"]))
+EXAMPLES = [TrainExample(q, p) for q, p in [("remove duplicate rows", ("a",)), ("make thumbnails and trim audio", ("b", "c")),
+                                            ("read the pdf", ("d",)), ("tune the slow query", ("e",)), ("group log lines", ("f",))]]
+NEGATIVES = [["g", "h"], ["g", "e"], ["h", "g"], ["f", "g"], ["h", "a"]]
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in load_encoder(EncoderSpec(model=str(path), pooling="lasttoken")).named_parameters()}
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen")
+    return {"base": build_tiny_qwen3(root / "base"), "causal_lm": build_tiny_qwen3(root / "lm", head="causal_lm")}
+
+
+def test_two_gloo_processes_train_the_single_process_encoder(tmp_path, qwen):
+    spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
+    cfg = TrainConfig(epochs=2, batch_size=4, lr=1e-3, checkpoint_every=100)
+    loss = EncoderLoss("multi_infonce", 1 / 30, 0.25)
+    args = (spec, EXAMPLES, NEGATIVES, TEXTS, loss, cfg)
+    single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
+    double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
+    assert double == pytest.approx(single, abs=1e-5) and len(single) == 4
+    one, two, untrained = _weights(tmp_path / "one"), _weights(tmp_path / "two"), _weights(qwen["base"])
+    for name, w in one.items():
+        torch.testing.assert_close(two[name], w, rtol=1e-4, atol=1e-5, msg=name)
+    assert any(not torch.equal(w, untrained[name]) for name, w in one.items())
+
+
+def test_two_gloo_processes_train_the_single_process_reranker(tmp_path, qwen):
+    spec = RerankerSpec(model=qwen["causal_lm"], head="causal_lm", max_length=48)
+    loss = {"name": "pointwise"}
+    lists = build_lists(EXAMPLES, [[*ex.positives, *negs, "a", "b"] for ex, negs in zip(EXAMPLES, NEGATIVES)], loss, 4)
+    cfg = TrainConfig(epochs=1, batch_size=3, lr=1e-3, checkpoint_every=100, mini_batch=2)
+    args = (spec, lists, TEXTS, loss, cfg)
+    single = train_reranker_losses(*args, tmp_path / "w1", tmp_path / "one")
+    double = data_parallel.run(train_reranker_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
+    assert double == pytest.approx(single, abs=1e-5)
+    one = dict(PairScorer(RerankerSpec(model=str(tmp_path / "one"), head="causal_lm")).named_parameters())
+    two = dict(PairScorer(RerankerSpec(model=str(tmp_path / "two"), head="causal_lm")).named_parameters())
+    for name, w in one.items():
+        torch.testing.assert_close(two[name], w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_shares_cover_a_batch_once():
+    assert data_parallel.share(7) == slice(0, 7) and data_parallel.rank_world() == (0, 1)
