@@ -1,6 +1,7 @@
 """Data-parallel training: two gloo processes on this CPU make the loss curve and train the weights that one
 process does on the same global batch (the outputs of both shares gathered, so every rank's positives are the
-other's in-batch negatives)."""
+other's in-batch negatives), and a two-process training killed after a checkpoint resumes to the result of an
+uninterrupted one."""
 from __future__ import annotations
 
 import pytest
@@ -64,3 +65,37 @@ def test_two_gloo_processes_train_the_single_process_reranker(tmp_path, qwen):
 
 def test_shares_cover_a_batch_once():
     assert data_parallel.share(7) == slice(0, 7) and data_parallel.rank_world() == (0, 1)
+
+
+def _train_then_die(*args) -> list[float]:
+    """In each process: train, every rank killed right after the second checkpoint (after its barrier)."""
+    from skillrouter.train import loop
+
+    real_save, saves = loop._save_checkpoint, []
+
+    def save_then_die(*a, **k):
+        real_save(*a, **k)
+        saves.append(1)
+        if len(saves) == 2:
+            raise RuntimeError("killed")  # (torch's spawn wrapper swallows a KeyboardInterrupt as its own SIGINT)
+
+    loop._save_checkpoint = save_then_die
+    return train_encoder_losses(*args)
+
+
+def test_a_killed_two_process_training_resumes_to_the_uninterrupted_result(tmp_path, qwen):
+    import torch.multiprocessing as mp
+
+    spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
+    cfg = TrainConfig(epochs=3, batch_size=4, lr=1e-3, checkpoint_every=2)
+    args = (spec, EXAMPLES, NEGATIVES, TEXTS, EncoderLoss("infonce", 0.05), cfg)
+    full = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w1", tmp_path / "full"), 2)
+    with pytest.raises(mp.ProcessRaisedException, match="killed"):
+        data_parallel.run(_train_then_die, (*args, tmp_path / "w2", tmp_path / "resumed"), 2)
+    from skillrouter.train.loop import latest_checkpoint
+
+    assert latest_checkpoint(tmp_path / "w2").name == "step-4" and not (tmp_path / "resumed").exists()
+    resumed = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "resumed"), 2)
+    assert resumed == pytest.approx(full, abs=1e-6) and len(full) == 6
+    for name, w in _weights(tmp_path / "full").items():
+        torch.testing.assert_close(_weights(tmp_path / "resumed")[name], w, rtol=1e-5, atol=1e-6, msg=name)

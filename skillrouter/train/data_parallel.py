@@ -115,4 +115,6 @@ def run(fn: Callable[..., Any], args: tuple, world: int) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         result = str(Path(tmp) / "result.pkl")
         mp.spawn(_worker, args=(world, _free_port(), fn, args, result), nprocs=world, join=True)
+        if not Path(result).exists():  # torch's spawn wrapper ends a process quietly on KeyboardInterrupt
+            raise KeyboardInterrupt(f"data-parallel training interrupted ({world} processes); it resumes from its checkpoint")
         return pickle.loads(Path(result).read_bytes())
