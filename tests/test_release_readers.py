@@ -146,7 +146,12 @@ def test_skillretbench_files_and_outdated_ids(tmp_path):
     (root / "skillretbench_queries.json").write_text(json.dumps(top))
     with pytest.raises(DataError, match=r"skillretbench_queries.json:queries\[2\] \(srbq-2\): field 'gold_skills': missing"):
         _load("skillretbench", root)
-    (root / "skill_corpus.json").write_text("[]")
+    (root / "data").mkdir()  # the hub repository's layout: both files under data/
+    for name in ("skill_corpus.json", "skillretbench_queries.json"):
+        (root / name).rename(root / "data" / name)
+    with pytest.raises(DataError, match=r"data/skillretbench_queries.json:queries\[2\] \(srbq-2\): field 'gold_skills'"):
+        _load("skillretbench", root)
+    (root / "data" / "skill_corpus.json").write_text("[]")
     with pytest.raises(DataError, match=r"skill_corpus.json: field 'skills': expected a top-level object"):
         _load("skillretbench", root)
 

@@ -37,7 +37,8 @@ SKILLRET_REPO = "ThakiCloud/SKILLRET"
 SKILLRET_PATTERNS = ["data/skills/*.jsonl", "data/queries/*.jsonl", "data/qrels/*.jsonl", "data/skills.jsonl",
                      "data/taxonomy.json"]
 SKILLRETBENCH_REPO = "thaki-AI/SkillRetBench"
-SKILLRETBENCH_PATTERNS = ["skill_corpus.json", "skillretbench_queries.json"]
+SKILLRETBENCH_PATTERNS = ["skill_corpus.json", "skillretbench_queries.json", "data/skill_corpus.json",
+                          "data/skillretbench_queries.json"]
 R3_RAW_URL = "https://raw.githubusercontent.com/Tencent/R3-Skill/main/"
 R3_FILES = ("data/test.jsonl", "data/skills_test.jsonl")
 SRA_RAW_URL = "https://raw.githubusercontent.com/oneal2000/SR-Agents/main/"

@@ -55,7 +55,8 @@ READERS: dict[str, ReleaseReader] = {
         lambda root, tier, data: [root / sra_bench.CORPUS.parent, root / sra_bench.INSTANCES, root / sra_prompts.TOOLQA_SOURCE]),
     "skillretbench": ReleaseReader(
         "SkillRetBench", lambda root, tier, data, policy, n: skillretbench.load_skillretbench(root, policy, n),
-        lambda root, tier, data: [root / skillretbench.CORPUS, root / skillretbench.QUERIES]),
+        lambda root, tier, data: [skillretbench.release_file(root, skillretbench.CORPUS),
+                                  skillretbench.release_file(root, skillretbench.QUERIES)]),
 }
 POOL_READERS = {"skillret": skillret.read_skills}  # a release's skills file as a training pool (data.train_pool_format)
 MODULES: tuple[ModuleType, ...] = (r3_skill, skillret, skillretbench, skillrouter_core, sra_bench, sra_prompts)

@@ -6,8 +6,9 @@
   outdated_skill_id}]}`` — ``gold_skills`` is the ground truth, ``setting`` a tag; ``distractor_skills`` are
   kept as a tag; an ``outdated_skill_id`` that is not in the corpus is counted and reported, not an error.
 
-The release ships no evaluator code, so there is no release text: the ``release`` style renders these skills
-as ``name | description | body``.
+The two files are read from the release folder or its ``data/`` folder (where the Hugging Face repository keeps
+its files, beside ``baseline_results.json``). The release ships no evaluator code, so there is no release text:
+the ``release`` style renders these skills as ``name | description | body``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from ..types import DataError, Dataset, LoadReport, Query, Skill
 
 CORPUS = "skill_corpus.json"
 QUERIES = "skillretbench_queries.json"
+
+
+def release_file(root: Path, name: str) -> Path:
+    """``root/name``, else ``root/data/name`` (the hub repository's layout); the first when neither exists."""
+    return next((p for p in (root / name, root / "data" / name) if p.exists()), root / name)
 
 
 def _read_list(path: Path, key: str) -> list[Any]:
@@ -71,7 +77,7 @@ def _query(rec: Any, path: str, where: str, pool: set[str], report: LoadReport) 
 
 def load_skillretbench(root: str | Path, policy: ErrorPolicy, max_field_chars: int) -> Dataset:
     root = Path(root)
-    corpus_path, queries_path = root / CORPUS, root / QUERIES
+    corpus_path, queries_path = release_file(root, CORPUS), release_file(root, QUERIES)
     skills = collect_unique(((str(corpus_path), f"skills[{i}]",
                               lambda r=r, i=i: _skill(r, str(corpus_path), f"skills[{i}]", max_field_chars, policy.report))
                              for i, r in enumerate(_read_list(corpus_path, "skills"))), policy)
