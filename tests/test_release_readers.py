@@ -191,7 +191,7 @@ def test_trained_models_run_end_to_end_from_skillrets_train_split(tmp_path, skil
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["n_queries"] == 3 and {"ndcg@10", "map@10", "fc@15"} <= set(m["metrics"])
-    assert m["data"]["config"]["revision"] == "7cae7cf" and m["synth"] == {}
+    assert m["data"]["config"]["revision"] == "7cae7cfbad2b0e1ebc9170892f568993aae543b0" and m["synth"] == {}
     stages, cache = m["stages"], StageCache(tmp_path / "cache")
     assert not any(name.startswith("synth") for name in stages)
     assert cache.manifest("train_pairs", stages["train_pairs"]["key"])["n_examples"] == 6
