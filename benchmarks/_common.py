@@ -12,14 +12,34 @@ PERF = ROOT / "reports" / "perf"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+def _rows(value, label: str = ""):
+    """``(label, cell)`` rows of a figure: nested objects become ``outer / inner`` rows and lists of scalars one
+    comma-joined cell, so no cell shows a Python or JSON structure."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _rows(inner, f"{label} / {key}" if label else str(key))
+    elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        for i, inner in enumerate(value):
+            yield from _rows(inner, f"{label} [{i}]")
+    elif isinstance(value, list):
+        yield label, ", ".join(str(v) for v in value)
+    else:
+        yield label, value
+
+
+def render_markdown(payload: dict) -> str:
+    rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in _rows(payload["figures"]))
+    return (f"# {payload['benchmark']}\n\n`{payload['command']}` on {payload['machine']}, {payload['date']}\n\n"
+            f"| figure | value |\n|---|---|\n{rows}\n")
+
+
 def write_figures(name: str, figures: dict, command: str) -> None:
     """``reports/perf/<name>.json`` plus a one-table Markdown rendering of the same figures."""
     PERF.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "command": command, "machine": platform.platform(), "date": time.strftime("%Y-%m-%d"),
                "figures": figures}
     (PERF / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
-    rows = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
-    (PERF / f"{name}.md").write_text(f"# {name}\n\n`{command}` on {payload['machine']}\n\n| figure | value |\n|---|---|\n{rows}\n")
+    (PERF / f"{name}.md").write_text(render_markdown(payload))
     print(json.dumps(payload, indent=2))
 
 
