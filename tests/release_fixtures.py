@@ -1,4 +1,4 @@
-"""Tiny copies of the two released benchmarks, in their exact layouts and field names, written in
+"""Tiny copies of the released benchmarks, in their exact layouts and field names, written in
 our own words (no released text)."""
 from __future__ import annotations
 
