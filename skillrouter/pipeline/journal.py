@@ -37,17 +37,19 @@ class StageJournal:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def write(self, stage: Stage, state: str, unless: Callable[[dict[str, Any] | None], bool] | None = None,
+    def write(self, stage: Stage, state: str | None, unless: Callable[[dict[str, Any] | None], bool] | None = None,
               **info: Any) -> dict[str, Any] | None:
-        """Record ``state`` for ``stage``, keeping what earlier writes said (job id, start time) — unless
-        ``unless(current record)`` says not to (then None). Read and write happen under the record's lock:
-        two jobs that both build a cheap stage must not write ``reused`` over the other's ``built``."""
+        """Record ``state`` for ``stage`` (None: keep the current one, ``pending`` when there is none),
+        keeping what earlier writes said (job id, start time) — unless ``unless(current record)`` says not
+        to (then None). Read and write happen under the record's lock: two jobs that both build a cheap
+        stage must not write ``reused`` over the other's ``built``."""
         self.root.mkdir(parents=True, exist_ok=True)
         with FileLock(self.root / f"{stage.kind}-{stage.key}.lock", stale_after=30.0, poll=0.05):
             current = self.read(stage)
             if unless and unless(current):
                 return None
-            record = {**(current or {}), "stage": stage.kind, "key": stage.key, "state": state,
+            record = {**(current or {}), "stage": stage.kind, "key": stage.key,
+                      "state": state or (current or {}).get("state", "pending"),
                       "resource": stage.resource, "cheap": stage.cheap, **info}
             if state == "running":
                 record.update(started=time.time(), host=socket.gethostname())
@@ -59,7 +61,7 @@ class StageJournal:
     def note(self, stage: Stage, **info: Any) -> None:
         """Add to ``stage``'s record without changing its state (``pending`` when it has none yet): the
         job that will build it, a damaged entry of it that was quarantined."""
-        self.write(stage, (self.read(stage) or {}).get("state", "pending"), **info)
+        self.write(stage, None, **info)
 
     def all(self) -> dict[str, dict[str, Any]]:
         """Every record, by key."""
