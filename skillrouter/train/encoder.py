@@ -10,8 +10,8 @@ from torch import Tensor
 
 from ..models import device
 from ..retrieval.dense import EncoderSpec, load_encoder
-from .data_parallel import is_main, rank_world
-from .grad_cache import cached_backward
+from .data_parallel import is_main
+from .grad_cache import cached, cached_backward
 from .loop import TrainConfig, set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from .pairs import TrainExample
@@ -92,17 +92,16 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
 
         return [r.query for r in batch] + [skill_texts[cid] for cid in cand_ids], loss_of
 
-    cached = bool(cfg.mini_batch) or rank_world()[1] > 1  # data-parallel: each process runs its share, cached
+    caching = cached(cfg.mini_batch)
 
     def compute_loss(indices) -> Tensor:
         texts, loss_of = batch_loss(indices)
-        if cached:  # GradCache: backpropagates itself, memory set by the mini-batch
-            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch or len(texts), loss_of,
-                                   model.device)
+        if caching:  # GradCache: backpropagates itself, memory set by the mini-batch
+            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch, loss_of, model.device)
         n_queries = len(indices)
         return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
 
-    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=cached)
+    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching)
     if is_main():
         model.save(str(out_dir))
     return model, losses

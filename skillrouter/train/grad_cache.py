@@ -20,16 +20,24 @@ import torch
 from sentence_transformers.sentence_transformer.losses.cached_multiple_negatives_ranking import RandContext
 from torch import Tensor
 
-from .data_parallel import gather, share
+from .data_parallel import gather, rank_world, share
 
 
-def cached_backward(forward: Callable[[Sequence[Any]], Tensor], items: Sequence[Any], mini_batch: int,
+def cached(mini_batch: int | None) -> bool:
+    """Whether a training step runs through :func:`cached_backward`: a mini-batch is asked for, or training is
+    data-parallel (each process runs its share of the batch)."""
+    return bool(mini_batch) or rank_world()[1] > 1
+
+
+def cached_backward(forward: Callable[[Sequence[Any]], Tensor], items: Sequence[Any], mini_batch: int | None,
                     loss_of: Callable[[Tensor], Tensor], device: torch.device | str) -> Tensor:
     """Backpropagate ``loss_of(forward(items))`` (outputs concatenated along dim 0) into the parameters behind
-    ``forward``, ``mini_batch`` items per forward pass (this process's share of them); returns the loss, detached."""
+    ``forward``, ``mini_batch`` items per forward pass (None: this process's whole share at once); returns the
+    loss, detached."""
+    mine = items[share(len(items))]
+    mini_batch = len(mine) if mini_batch is None else mini_batch
     if mini_batch < 1:
         raise ValueError(f"mini_batch must be a positive number of items, got {mini_batch}")
-    mine = items[share(len(items))]
     if not mine:
         raise ValueError(f"a batch of {len(items)} items cannot be shared by every training process")
     chunks = [mine[i: i + mini_batch] for i in range(0, len(mine), mini_batch)]

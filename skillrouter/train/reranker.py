@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from ..rerank.scorers import PairScorer, RerankerSpec
-from .data_parallel import is_main, rank_world
-from .grad_cache import cached_backward
+from .data_parallel import is_main
+from .grad_cache import cached, cached_backward
 from .loop import TrainConfig, set_seed, train
 from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
 from .pairs import TrainExample
@@ -95,16 +95,16 @@ def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: 
     def score(pairs) -> Tensor:
         return scorer([q for q, _ in pairs], [d for _, d in pairs])
 
-    cached = bool(cfg.mini_batch) or rank_world()[1] > 1  # data-parallel: each process scores its share, cached
+    caching = cached(cfg.mini_batch)
 
     def compute_loss(indices) -> Tensor:
         pairs, loss_of = list_batch([lists[i] for i in indices], skill_texts, loss["name"], loss_fn)
-        if cached:  # chunks of pairs with cached gradients: the lists may outgrow one forward pass
-            return cached_backward(score, pairs, cfg.mini_batch or len(pairs), loss_of, scorer.model.device)
+        if caching:  # chunks of pairs with cached gradients: the lists may outgrow one forward pass
+            return cached_backward(score, pairs, cfg.mini_batch, loss_of, scorer.model.device)
         return loss_of(score(pairs))
 
     losses = train(scorer, len(lists), compute_loss, cfg, work_dir, desc=f"train reranker ({loss['name']})",
-                   backpropagates=cached)
+                   backpropagates=caching)
     if is_main():
         scorer.save(out_dir)
     return scorer, losses
