@@ -10,6 +10,7 @@ import torch
 from skillrouter.models import build_tiny_qwen3
 from skillrouter.rerank.scorers import PairScorer, RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, load_encoder
+from skillrouter.tracking import live
 from skillrouter.train import data_parallel
 from skillrouter.train.encoder import EncoderLoss, train_encoder_losses
 from skillrouter.train.loop import TrainConfig
@@ -34,14 +35,31 @@ def qwen(tmp_path_factory):
     return {"base": build_tiny_qwen3(root / "base"), "causal_lm": build_tiny_qwen3(root / "lm", head="causal_lm")}
 
 
+class Steps:
+    """A stage run stand-in: the steps a training reports, by step."""
+
+    def __init__(self):
+        self.steps: dict[int, dict] = {}
+
+    def log(self, values, step=None):
+        self.steps[step] = values
+
+
 def test_two_gloo_processes_train_the_single_process_encoder(tmp_path, qwen):
     spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
     cfg = TrainConfig(epochs=2, batch_size=4, lr=1e-3, checkpoint_every=100)
     loss = EncoderLoss("multi_infonce", 1 / 30, 0.25)
     args = (spec, EXAMPLES, NEGATIVES, TEXTS, loss, cfg)
-    single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
-    double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
+    one_steps, two_steps = Steps(), Steps()
+    with live.reporting_to(one_steps):
+        single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
+    with live.reporting_to(two_steps):  # rank 0 reports from its own process, through the parent's queue
+        double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
     assert double == pytest.approx(single, abs=1e-5) and len(single) == 4
+    assert sorted(two_steps.steps) == sorted(one_steps.steps) == [1, 2, 3, 4]
+    for step, figures in one_steps.steps.items():  # R3's two loss terms too
+        for key in ("train/loss", "train/loss_main", "train/loss_sibling", "train/lr"):
+            assert two_steps.steps[step][key] == pytest.approx(figures[key], abs=1e-5), (step, key)
     one, two, untrained = _weights(tmp_path / "one"), _weights(tmp_path / "two"), _weights(qwen["base"])
     for name, w in one.items():
         torch.testing.assert_close(two[name], w, rtol=1e-4, atol=1e-5, msg=name)

@@ -254,7 +254,7 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     built = {name: {r["stages"][name]["key"] for r in runs if not r["stages"][name]["cached"]}
              for name in ("train_encoder", "train_reranker", "score_pairs", "rerank")}
     assert {k: len(v) for k, v in built.items()} == {"train_encoder": 1, "train_reranker": 2, "score_pairs": 2, "rerank": 6}
-    assert len(list((tmp_path / "stage").glob("*/wandb/offline-run-*"))) == 6
+    _one_trained_encoder_and_two_rerankers_in_wandb(tmp_path / "stage")
     journal = _journal(tmp_path / "stage")
     assert journal and all(r["state"] == "built" for r in journal)
     units = {r["job_id"]: r["resource"] for r in journal if not r["cheap"]}  # cheap stages run inside others' jobs
@@ -275,6 +275,29 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     assert "to build 0 gpu" in again.stdout and "submitted" not in again.stdout
     rerun = [json.loads(f.read_text()) for f in (tmp_path / "again").glob("*/metrics.json")]
     assert all(s["cached"] for r in rerun for s in r["stages"].values() if s["key"] != "-")
+
+
+def _one_trained_encoder_and_two_rerankers_in_wandb(sweep: Path) -> None:
+    """Read from the offline run files: 6 cell runs name one encoder artifact and 3 each of two reranker artifacts;
+    each training, built in its own SLURM job, logged its per-step loss; every built stage one artifact; one grid run."""
+    from collections import Counter
+
+    from skillrouter.tracking.offline import offline_runs, table
+
+    runs = offline_runs(sweep)
+    cells = [r for r in runs if r.job_type == "cell"]
+    assert len(cells) == 6 and all(r.exit_code == 0 for r in cells)
+    assert len({r.config["stages"]["train_encoder"]["artifact"] for r in cells}) == 1
+    assert sorted(Counter(r.config["stages"]["train_reranker"]["artifact"] for r in cells).values()) == [3, 3]
+    trainings = [r for r in runs if r.job_type in ("train_encoder", "train_reranker")]
+    assert sorted(r.job_type for r in trainings) == ["train_encoder", "train_reranker", "train_reranker"]
+    for r in trainings:
+        assert r.steps and r.steps == list(range(1, len(r.steps) + 1)) and all("train/loss" in h for h in r.history)
+    made = Counter(a["name"] for r in runs if r.job_type not in ("cell", "grid") for a in r.artifacts)
+    used = {s["artifact"] for r in cells for s in r.config["stages"].values()}
+    assert used <= set(made) and set(made.values()) == {1}  # built once, logged once
+    (grid,) = [r for r in runs if r.job_type == "grid"]
+    assert len(table(grid, "cells")["data"]) == 6
 
 
 def metrics_by_choices(sweep: Path) -> dict[tuple, dict]:

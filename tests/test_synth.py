@@ -15,6 +15,7 @@ import pytest
 
 from skillrouter.data.types import Skill
 from skillrouter.report.synth import synth_table
+from skillrouter.tracking.offline import offline_runs, table as offline_table
 from skillrouter.synth import r3, stub
 from skillrouter.synth.client import LLMClient, LLMConfig, LLMUnavailable, Request
 from skillrouter.synth.skillrouter import cli_commands, leakage, stratified_sample
@@ -151,6 +152,13 @@ def test_generate_train_evaluate_easy_and_hard_then_reuse(tmp_path, monkeypatch)
     assert all(s["cached"] for r in rerun for s in r["synth"].values())
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
+    generated = {r.job_type: r for r in offline_runs(tmp_path / "grid") if r.job_type.startswith("gen_")}
+    assert sorted(generated) == ["gen_distractors", "gen_queries"]  # a run per generation stage built, none on reuse
+    assert generated["gen_queries"].summary["usage/requests"] == usage["requests"] > 0
+    assert generated["gen_queries"].summary["usage/retries"] == usage["retries"] > 0
+    sample = offline_table(generated["gen_queries"], "generated")
+    assert sample["columns"] == ["file", "row", "record"] and sample["data"][0][0] == "pairs.jsonl"
+    assert not [r for r in offline_runs(tmp_path / "again") if r.job_type.startswith("gen_")]
     table = synth_table([tmp_path / "grid", tmp_path / "again"])
     assert sorted(table["stage"]) == ["gen_distractors", "gen_queries"]  # one row per artifact, not per cell
     assert (table["requests"] > 0).all() and table.loc[table["stage"] == "gen_queries", "retries"].item() > 0

@@ -124,6 +124,7 @@ class SlurmGridLauncher(SlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from skillrouter.pipeline.cell import GridRun
         from skillrouter.pipeline.grid import launch_grid
+        from skillrouter.tracking.grid_run import log_grid
 
         assert self.config is not None and self.hydra_context is not None
         grid = launch_grid(self.config, self.hydra_context, job_overrides, initial_job_idx)
@@ -140,11 +141,14 @@ class SlurmGridLauncher(SlurmLauncher):
         try:
             if dispatch == "cell":
                 self.grid_run = GridRun(str(sweep_dir), "cell", grid.graphs)
-                return self._cells_as_jobs(grid, sweep_dir)
-            return self._stages_as_jobs(grid, sweep_dir, server)
+                results = self._cells_as_jobs(grid, sweep_dir)
+            else:
+                results = self._stages_as_jobs(grid, sweep_dir, server)
         finally:
             if server:
                 server.stop()
+        log_grid(next(iter(grid.configs.values())), sweep_dir)
+        return results
 
     # -- submission ----------------------------------------------------------------------------------
     def _base(self) -> dict[str, Any]:
@@ -199,11 +203,12 @@ class SlurmGridLauncher(SlurmLauncher):
         from skillrouter.pipeline.execute.slurm import (SCORE_KIND, SlurmStageDispatch, StageJob, make_executor,
                                                         plan_units, reconcile, same_resources, wait_all)
         from skillrouter.pipeline.journal import StageJournal
+        from skillrouter.tracking.settings import TrackingSettings
 
         cfg: Any = next(iter(grid.configs.values()))
         params = self._base()
         job = StageJob(str(grid.cache.root), str(sweep_dir), bool(cfg.progress), grid.cache.stale_after,
-                       grid.cache.verify_after_days)
+                       grid.cache.verify_after_days, TrackingSettings.of(cfg, sweep_dir.name))
         dispatcher = SlurmStageDispatch(params["submitit_folder"], params, self._classes(), job)
         units = plan_units(grid.plan, same_resources(self._classes()))
         try:

@@ -12,14 +12,13 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ..data import DataError
-from ..pipeline.cell import file_path, make_cache, run_cell, score_rankings
+from ..pipeline.cell import Scored, file_path, make_cache, run_cell, score_rankings
 from ..pipeline.compose import CellComposer
 from ..pipeline.execute.build import Builder
 from ..pipeline.execute.local import LocalExecutor
@@ -31,7 +30,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 CHOICE_KEYS = ("data", "tier", "eval")
 
 
-def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> Scored:
     composer, cache = CellComposer(cfg), make_cache(cfg)
     stage = composer.dataset()
     LocalExecutor(Builder(cache, progress=cfg.progress, user=str(run_dir)), fail_fast=True).run([stage])
@@ -47,12 +46,12 @@ def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple
     elif cfg.missing_predictions != "miss":
         raise DataError("config", None, "missing_predictions", f"expected miss or drop, got {cfg.missing_predictions!r}")
     ordered = [Ranking(q.id, predicted.get(q.id, []), [0.0] * len(predicted.get(q.id, []))) for q in dataset.queries]
-    result, rows = score_rankings(cfg, run_dir, dataset, ordered, choices,
-                                  {k: file_path(v, cache) for k, v in composer.data.items()})
+    scored = score_rankings(cfg, run_dir, dataset, ordered, choices, {k: file_path(v, cache) for k, v in composer.data.items()})
+    result = scored.result
     result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
                              "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
     result["stages"] = {}
-    return result, rows
+    return scored
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF), config_name="score")

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..cache.store import StageCache, StageRecord, record_dict
 from ..data import Dataset, load_descriptions
+from ..data.types import Query
 from ..data.jsonl import atomic_write_json, read_json
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..models import respect_cpu_allocation
@@ -35,7 +36,8 @@ from ..progress import quiet_library_bars
 from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
 from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
-from ..tracking import make_tracker
+from ..tracking.cell_runs import CellTracker
+from ..tracking.settings import TrackingSettings
 from .compose import CellGraph, compose_cell
 from .execute.build import Builder, MissingInput, StageFailed
 from .execute.local import LocalExecutor
@@ -59,6 +61,19 @@ class GridRun:
     built_for: dict[str, int] = field(default_factory=dict)
     jobs: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)  # per stage key, its job's stderr
+
+
+@dataclass
+class Scored:
+    """A scored cell: its ``metrics.json`` payload and per-query metrics, and what a tracker shows beside
+    them (the queries, their rankings, the texts each stage saw, the stages the cell read by name)."""
+
+    result: dict[str, Any]
+    rows: dict[str, dict[str, float]]
+    queries: list[Query]
+    rankings: list[Ranking]
+    examples: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, Stage] = field(default_factory=dict)
 
 
 _grid: contextvars.ContextVar[GridRun | None] = contextvars.ContextVar("grid", default=None)
@@ -115,7 +130,9 @@ class CellRun:
         self.job = HydraConfig.get().job.num if grid else None
         self.graph = grid.graphs[self.job] if grid and self.job in grid.graphs else compose_cell(cfg)
         self.journal = StageJournal(grid.sweep_dir) if grid else None
-        self.builder = Builder(self.cache, self.journal, progress=cfg.progress, user=str(run_dir))
+        group = Path(grid.sweep_dir).name if grid else "single"
+        self.builder = Builder(self.cache, self.journal, progress=cfg.progress, user=str(run_dir),
+                               tracking=TrackingSettings.of(cfg, group))
 
     def build(self) -> None:
         """Make sure every stage the sink reads is in the cache (see the module docstring)."""
@@ -147,17 +164,18 @@ class CellRun:
                 return {"key": stage.key, "cached": False, "seconds": float(journaled.get("seconds", 0.0))}
         return record_dict(own) if own else {"key": stage.key, "cached": True, "seconds": 0.0}
 
-    def score(self, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    def score(self, choices: dict[str, str]) -> Scored:
         sink, cache = self.graph.sink, self.cache
         dataset = dataset_at(str(cache.entry(sink.inputs["data"].kind, sink.inputs["data"].key)))
         rankings = read_rankings(cache.entry(sink.inputs["rankings"].kind, sink.inputs["rankings"].key) / "rankings.jsonl")
         oracle_path = file_path(self.graph.oracle, cache)
-        atomic_write_json(self.run_dir / "rendered_examples.json",
-                          rendered_examples(self.graph, dataset, load_descriptions(oracle_path) if oracle_path else None))
+        examples = rendered_examples(self.graph, dataset, load_descriptions(oracle_path) if oracle_path else None)
+        atomic_write_json(self.run_dir / "rendered_examples.json", examples)
         ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
         data = {k: file_path(v, cache) for k, v in self.graph.data.items()}
         t0 = time.perf_counter()
-        result, rows = score_rankings(self.cfg, self.run_dir, dataset, ordered, choices, data)
+        scored = score_rankings(self.cfg, self.run_dir, dataset, ordered, choices, data)
+        result = scored.result
         evaluate = StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path="")
         if "mine_negatives" in sink.inputs:
             negatives = sink.inputs["mine_negatives"]
@@ -176,7 +194,8 @@ class CellRun:
                                                          **cache.manifest(s.kind, s.key)["report"],
                                                          "usage": cache.manifest(s.kind, s.key)["usage"]}
                            for role, s in sink.inputs.items() if role.startswith("synth:")}
-        return result, rows
+        scored.examples, scored.stages = examples, dict(self.graph.named)
+        return scored
 
 
 def rendered_examples(graph: CellGraph, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Any]:
@@ -187,21 +206,21 @@ def rendered_examples(graph: CellGraph, dataset: Dataset, oracle: dict[str, str]
             "query": {"id": query.id, "encoder": enc.query(query.text), "reranker": rr.query(query.text)}}
 
 
-def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    """Run one cell end to end; return the ``metrics.json`` payload and the per-query metrics."""
+def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> Scored:
+    """Run one cell end to end and score it."""
     t0 = time.perf_counter()
     cell = CellRun(cfg, run_dir, _grid.get())
     cell.build()
-    result, rows = cell.score(choices)
-    result["seconds"] = round(time.perf_counter() - t0, 3)
-    return result, rows
+    scored = cell.score(choices)
+    scored.result["seconds"] = round(time.perf_counter() - t0, 3)
+    return scored
 
 
 def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
-                   data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict]]:
+                   data: dict[str, Any]) -> Scored:
     """Score a set of rankings (one per query, in query order) under the ``eval`` config, a cell's own
     or an external system's (``eval.score``): writes ``rankings.jsonl``, ``predictions.json`` and
-    ``per_query.json`` to ``run_dir`` and returns the ``metrics.json`` payload and the per-query rows."""
+    ``per_query.json`` to ``run_dir``."""
     write_rankings(run_dir / "rankings.jsonl", ordered)
     write_predictions(run_dir / "predictions.json", ordered)
     metrics_spec = parse_metrics(cfg.eval.metrics)
@@ -210,13 +229,13 @@ def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: li
     rows = per_query_rows(by_qid, dataset.queries, metrics_spec)
     metrics, counts = aggregate_rows(rows, dataset.queries, metrics_spec, breakdown)
     atomic_write_json(run_dir / "per_query.json", rows)
-    return {
+    return Scored({
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
         "recall_curve": [round(r, 6) for r in recall_curve(by_qid, dataset.queries)],
         "eval": {"metrics": [m.name for m in metrics_spec], "breakdown": breakdown},
         "data": {"config": data, "tier": OmegaConf.to_container(cfg.tier), "n_skills": len(dataset.skills),
                  "skipped": dict(dataset.report.skipped), "skip_examples": dict(dataset.report.examples)},
-    }, rows
+    }, rows, list(dataset.queries), ordered)
 
 
 def failure_record(choices: dict[str, str], exc: BaseException) -> dict[str, Any]:
@@ -228,7 +247,7 @@ def failure_record(choices: dict[str, str], exc: BaseException) -> dict[str, Any
 
 
 def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str,
-             evaluate: Callable[[DictConfig, Path, dict[str, str]], tuple[dict, dict]] = evaluate_cell) -> dict[str, Any]:
+             evaluate: Callable[[DictConfig, Path, dict[str, str]], Scored] = evaluate_cell) -> dict[str, Any]:
     """Run a cell (``evaluate``: a grid cell, or scoring an external prediction file) and record its
     status; failures are written, logged in one line and re-raised."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -236,11 +255,12 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     quiet_library_bars()
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
-    tracker = make_tracker(cfg)
-    tracker.start(cfg, choices, run_dir, group)
+    tracker = CellTracker(TrackingSettings.of(cfg, group), cfg.cache_dir)
+    tracker.start(cfg, choices, run_dir)
     try:
-        result, rows = evaluate(cfg, run_dir, choices)
-        tracker.log_result(result, rows)
+        scored = evaluate(cfg, run_dir, choices)
+        result = scored.result
+        tracker.log_result(scored)
     except Exception as exc:
         tracker.finish(failed=True)
         cause = exc.cause if isinstance(exc, StageFailed) and exc.cause else exc

@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..tracking.secrets import scrub
+
 PACKAGES = ("skillrouter", "torch", "transformers", "sentence-transformers", "peft", "faiss-cpu", "bm25s",
             "hydra-core", "submitit", "wandb", "numpy", "pandas")
 
@@ -40,5 +42,5 @@ def provenance(cfg: DictConfig) -> dict[str, Any]:
         "git_dirty": None if status is None else bool(status),
         "python": sys.version.split()[0], "platform": platform.platform(),
         "packages": package_versions(), "seed": cfg.get("seed"), "host": socket.gethostname(), "started": time.time(),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": scrub(OmegaConf.to_container(cfg, resolve=True)),
     }

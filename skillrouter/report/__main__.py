@@ -1,10 +1,12 @@
 """Regenerate every paper table and the recall figure from whatever runs exist.
 
-    python -m skillrouter.report [--runs DIR ...] [--out reports/] [--significance]
+    python -m skillrouter.report [--runs DIR ...] [--out reports/] [--significance] [--tracking]
 
 Default runs: every multirun directory under outputs/multirun. Writes runs.csv (the tidy table, one
 row per run, failed and incomplete runs included), one .tex/.md/.csv per table, the reranker
-contribution table, the recall figure, and index.md listing everything plus the failed runs.
+contribution table, the recall figure, and index.md listing everything plus the failed runs. With
+``--tracking`` the rendered tables and the figure also go to W&B as a ``report`` artifact (offline unless
+``WANDB_MODE`` says otherwise).
 """
 from __future__ import annotations
 
@@ -73,13 +75,19 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", type=Path, default=None, help="multirun directories (default: outputs/multirun/*)")
     parser.add_argument("--out", type=Path, default=Path("reports"))
     parser.add_argument("--significance", action="store_true", help="mark cells that differ significantly from the table's reference row")
+    parser.add_argument("--tracking", action="store_true", help="log the rendered files to W&B as a report artifact")
     parser.add_argument("--data", default="builtin", help="the data choice whose runs fill the paper tables (default: builtin)")
     args = parser.parse_args()
     roots = args.runs or sorted(p for p in Path("outputs/multirun").glob("*") if p.is_dir())
     if not roots:
         parser.error("no runs: pass --runs DIR or run a sweep first (python launch.py -m -cd sweeps -cn encoder_results)")
-    for path in generate(roots, args.out, args.significance, args.data):
+    written = generate(roots, args.out, args.significance, args.data)
+    for path in written:
         print(path)
+    if args.tracking:
+        from ..tracking.grid_run import log_report
+
+        log_report(written, roots, args.out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EncoderSpec
 from ..synth import client as client_module, prompts as prompts_module, r3 as r3_module, skillrouter as sr_module
 from ..synth.client import URL_ENV, LLMClient, LLMConfig
+from ..tracking import live
 from .graph import BuildContext, Stage, StageFile
 from .retrieval import embed_pool
 
@@ -32,6 +33,7 @@ CODE = (client_module, prompts_module, sr_module, r3_module)
 NEIGHBOUR_TEXT = Caps(300, 2500)  # the paper's encoder budget: the text the stages' BM25 and clustering read
 LLM_IDENTITY = ("model", "temperature", "seed", "max_tokens")  # what of the LLM defines its output
 LLM_EXECUTION = ("url", "api_key_env", "concurrency", "retries", "timeout", "backoff", "budget")
+SAMPLE_ROWS, SAMPLE_CHARS = 20, 1000  # what of each generated file the stage's run shows
 
 
 def _neighbour_text(skill: Skill) -> str:
@@ -60,7 +62,23 @@ def _run(ctx: BuildContext, produce: Produce) -> dict[str, Any]:
     atomic_write_json(ctx.out / "report.json", {"report": report, "usage": usage})
     if (ctx.work / "requests.jsonl").exists():
         shutil.copy(ctx.work / "requests.jsonl", ctx.out / "requests.jsonl")
+    _report_to_run(files, report, usage)
     return {"report": report, "usage": usage, "items": usage["requests"]}
+
+
+def _flat(prefix: str, obj: Any) -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        return {k: v for key, value in obj.items() for k, v in _flat(f"{prefix}/{key}", value).items()}
+    return {prefix: obj} if isinstance(obj, (int, float, str, bool)) or obj is None else {}
+
+
+def _report_to_run(files: Mapping[str, list[dict]], report: Mapping[str, Any], usage: Mapping[str, Any]) -> None:
+    """The stage's counters (requests, retries, failures, tokens; the report's filter drops) and a sample of
+    every generated file, for the stage's W&B run."""
+    live.log_summary({**_flat("usage", usage), **_flat("report", report)})
+    rows = [[name, i, json.dumps(record, ensure_ascii=False)[:SAMPLE_CHARS]]
+            for name, records in files.items() for i, record in enumerate(records[:SAMPLE_ROWS])]
+    live.log_table("generated", ["file", "row", "record"], rows)
 
 
 def _one_file(ctx: BuildContext, make: Callable[[LLMClient], tuple[list[dict], dict[str, Any]]]) -> dict[str, Any]:

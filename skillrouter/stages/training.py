@@ -14,6 +14,7 @@ from ..fields import TextSpec
 from ..rankings import read_rankings
 from ..rerank import scorers as scorers_module
 from ..rerank.scorers import RerankerSpec
+from ..tracking import live
 from ..retrieval.dense import EncoderSpec
 from ..train import data_parallel, encoder as encoder_module, fn_filter as fn_filter_module, loop as loop_module
 from ..train import losses as losses_module, negatives as negatives_module, reranker as reranker_module
@@ -52,9 +53,16 @@ def _build_mining(ctx: BuildContext) -> dict[str, Any]:
                                             _ranked_lists(ctx, "lexical", len(examples)), NegativeCounts(**p["negatives"]),
                                             fn, p["seed"])
     report = fn.report() if fn else {"enabled": False}
+    live.log_summary(_mining_figures(contributed, report))
     (ctx.out / "negatives.json").write_text(json.dumps(negatives))
     (ctx.out / FN_FILTER).write_text(json.dumps(report, indent=2))
     return {"fn_filter": report, "negatives": contributed, "n_examples": len(examples), "items": len(examples)}
+
+
+def _mining_figures(contributed: Mapping[str, int], fn_report: Mapping[str, Any]) -> dict[str, Any]:
+    """The negatives each source contributed and what each false-negative filter layer removed, as run summary keys."""
+    return {**{f"negatives/{k}": v for k, v in contributed.items()},
+            **{f"fn_filter/{k}": v for k, v in fn_report.items()}}
 
 
 def mine(counts: NegativeCounts, fn_filter: Mapping[str, Any], seed: int, data: Stage, pairs: Stage, semantic: Stage,
@@ -82,6 +90,8 @@ def _curve(ctx: BuildContext, losses: list[float], n: int) -> dict[str, Any]:
 
 def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     p = ctx.params
+    mined = ctx.manifest("negatives")
+    live.log_summary(_mining_figures(mined.get("negatives", {}), mined.get("fn_filter", {})))
     examples = read_examples(ctx.input("pairs"))
     negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
     query = TextSpec.from_dict(p["query_text"])

@@ -6,7 +6,8 @@ share of the batch's items (texts, or query-skill pairs) in cached mini-batches 
 outputs of all shares are gathered so the loss is over the whole global batch — every rank's positives are
 everyone's in-batch negatives, as SkillRet's ``gather_across_devices`` — and the parameter gradients, each
 rank's share of that loss's gradient, are summed across processes. The steps are then identical everywhere;
-rank 0 alone writes checkpoints (with every rank's RNG state, for exact resume) and the trained model.
+rank 0 alone writes checkpoints (with every rank's RNG state, for exact resume) and the trained model, and
+reports its steps to the stage's run, which the parent process holds (through a queue it drains while it waits).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from ..tracking import live
 
 PROCESSES_ENV = "SKILLROUTER_TRAIN_PROCESSES"
 
@@ -92,14 +95,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, result: str) -> None:
+def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, result: str, steps: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
-        value = fn(*args)
+        with live.reporting_to(live.QueueSink(steps) if steps is not None and rank == 0 else None):
+            value = fn(*args)
         if rank == 0:
             Path(result).write_bytes(pickle.dumps(value))
     finally:
@@ -112,9 +116,16 @@ def run(fn: Callable[..., Any], args: tuple, world: int) -> Any:
         return fn(*args)
     import torch.multiprocessing as mp
 
+    sink = live.current()
+    steps = mp.get_context("spawn").Queue() if sink is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         result = str(Path(tmp) / "result.pkl")
-        mp.spawn(_worker, args=(world, _free_port(), fn, args, result), nprocs=world, join=True)
+        workers = mp.spawn(_worker, args=(world, _free_port(), fn, args, result, steps), nprocs=world, join=False)
+        while not workers.join(timeout=1.0):
+            if steps is not None:
+                live.drain(steps, sink)
+        if steps is not None:
+            live.drain(steps, sink)
         if not Path(result).exists():  # torch's spawn wrapper ends a process quietly on KeyboardInterrupt
             raise KeyboardInterrupt(f"data-parallel training interrupted ({world} processes); it resumes from its checkpoint")
         return pickle.loads(Path(result).read_bytes())

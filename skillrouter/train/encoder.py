@@ -101,7 +101,8 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
         n_queries = len(indices)
         return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
 
-    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching)
+    losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching,
+                   terms=lambda: dict(getattr(loss_fn, "terms", {})))
     if is_main():
         model.save(str(out_dir))
     return model, losses

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import shutil
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..tracking import live
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ def latest_checkpoint(work_dir: Path) -> Path | None:
     return done[-1].parent if done else None
 
 
-def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, scheduler, losses: list[float]) -> None:
+def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, scheduler, losses: list[float],
+                     history: list[dict[str, float]]) -> None:
     """Rank 0 writes it (the weights are the same everywhere), with every rank's RNG state."""
     rng = gather_objects(_rng_state())
     if not is_main():
@@ -98,7 +101,7 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
     tmp.mkdir(parents=True)
     torch.save({"model": _trainable_state(module), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "rng": rng[0] if len(rng) == 1 else rng}, tmp / "state.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses}))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses, "history": history}))
     final = work_dir / f"step-{step}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -109,11 +112,15 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
 
 
 def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]], Tensor], cfg: TrainConfig,
-          work_dir: Path, desc: str = "train", backpropagates: bool = False) -> list[float]:
+          work_dir: Path, desc: str = "train", backpropagates: bool = False,
+          terms: Callable[[], dict[str, float]] = dict) -> list[float]:
     """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss
     (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do; under
     data-parallel training the ranks' gradients are then summed). Returns the per-step loss curve (including
-    steps done before a resume)."""
+    steps done before a resume). Every step's loss, the loss's own ``terms()``, learning rate, gradient norm,
+    examples/s and (CUDA) peak memory go to the stage's run (:mod:`skillrouter.tracking.live`), numbered
+    from 1; they are kept in the checkpoint, and a resumed training first replays the steps it restored, so
+    its run holds the whole curve whatever a killed attempt managed to write."""
     from transformers import get_cosine_schedule_with_warmup
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -121,7 +128,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * len(steps)), len(steps))
-    start, losses = 0, []
+    start, losses, history = 0, [], []
     ckpt = latest_checkpoint(work_dir)
     if ckpt is not None:
         state = torch.load(ckpt / "state.pt", weights_only=False)
@@ -131,8 +138,10 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         rng = state["rng"]
         _set_rng_state(rng[rank_world()[0]] if isinstance(rng, list) else rng)
         meta = json.loads((ckpt / "state.json").read_text())
-        start, losses = meta["step"], meta["losses"]
+        start, losses, history = meta["step"], meta["losses"], meta.get("history", [])
         log.info("%s: resuming from %s (step %d of %d)", desc, ckpt, start, len(steps))
+        for n, figures in enumerate(history, start=1):
+            live.log_step(figures, n)
     cuda = torch.cuda.is_available()
     if cuda and hasattr(module, "gradient_checkpointing_enable"):
         module.gradient_checkpointing_enable()
@@ -140,18 +149,28 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
     module.train()
     bar = tqdm(range(start, len(steps)), initial=start, total=len(steps), desc=desc, leave=False, disable=not is_main())
     for step in bar:
+        t0 = time.perf_counter()
         with autocast:
             loss = compute_loss(steps[step])
         if not backpropagates:
             loss.backward()
         sum_gradients(params)
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        lr = scheduler.get_last_lr()[0]
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(round(float(loss.detach()), 6))
         bar.set_postfix(loss=losses[-1])
+        if is_main():
+            figures = {"train/loss": losses[-1], **{f"train/{k}": v for k, v in terms().items()}, "train/lr": lr,
+                       "train/grad_norm": grad_norm, "train/examples_per_s": len(steps[step]) / (time.perf_counter() - t0),
+                       "train/epoch": step * cfg.epochs / len(steps)}
+            if cuda:
+                figures["train/peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            history.append(figures)
+            live.log_step(figures, step + 1)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps):
-            _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses)
+            _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history)
     module.eval()
     return losses

@@ -8,12 +8,16 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...cache.store import StageCache, StageRecord
 from ...progress import stage_label
 from ...stages.graph import BuildContext, Stage
+from ...tracking import live
+from ...tracking.settings import TrackingSettings
+from ...tracking.stage_runs import StageRun
 from ..journal import StageJournal
 
 
@@ -36,13 +40,15 @@ class MissingInput(RuntimeError):
 @dataclass
 class Builder:
     """Builds stages into ``cache``; ``user`` (a run directory) goes into the entries' users, ``job_id``
-    into the journal."""
+    into the journal. With ``tracking``, a stage that is really built gets a W&B run (under ``user``) and
+    its published entry an artifact (:mod:`skillrouter.tracking.stage_runs`)."""
 
     cache: StageCache
     journal: StageJournal | None = None
     progress: bool = True
     user: str | None = None
     job_id: str | None = None
+    tracking: TrackingSettings | None = None
     records: dict[str, StageRecord] = field(default_factory=dict)  # what this builder got or built, by key
 
     def complete(self, stage: Stage) -> bool:
@@ -68,15 +74,21 @@ class Builder:
             self.journal.write(stage, "running", unless=lambda r: self._taken(stage, r), job_id=self.job_id,
                                pid=os.getpid(), **journal_info)
         t0 = time.perf_counter()
+        tracked: list[StageRun] = []
 
         def run(out, work=None):
-            return stage.build(BuildContext(stage, self.cache, out, work, self.progress))
+            if self.tracking and self.user:
+                tracked.append(StageRun(self.tracking, stage, Path(self.user)))
+            with live.reporting_to(tracked[0] if tracked else None):
+                return stage.build(BuildContext(stage, self.cache, out, work, self.progress))
 
         try:
             with stage_label(stage.label):
                 rec = self.cache.get_or_build(stage.kind, stage.key, run, manifest=stage.manifest_fields(), user=self.user,
                                               resumable=stage.resumable)
         except BaseException as exc:
+            for stage_run in tracked:
+                stage_run.finish(failed=True)
             if self.journal:
                 self.journal.write(stage, "failed", job_id=self.job_id, error=f"{type(exc).__name__}: {exc}",
                                    traceback=traceback.format_exc(), seconds=round(time.perf_counter() - t0, 3))
@@ -85,6 +97,9 @@ class Builder:
             self.journal.write(stage, "built", job_id=self.job_id, seconds=rec.seconds)
         elif self.journal:
             self.journal.write(stage, "reused", unless=lambda r: bool(r) and r["state"] == "built", seconds=rec.seconds)
+        for stage_run in tracked:
+            stage_run.publish(self.cache.entry(stage.kind, stage.key), self.cache.root)
+            stage_run.finish()
         self.records[stage.key] = rec
         return rec
 

@@ -1,0 +1,64 @@
+"""Where runs go (project, entity, mode, the sweep's group) and the one way a run is started, guarded:
+a W&B failure (no network, a quota, a bad setting) costs one warning line, never a stage or a cell."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from omegaconf import DictConfig
+
+from .secrets import redact_arg, scrub
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def guarded(what: str) -> Iterator[None]:
+    """Run a W&B call; on any error log one warning line and go on."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - tracking is never worth a failed stage or cell
+        first = (str(exc).splitlines() or [""])[0][:200]
+        log.warning("W&B: %s failed (%s: %s); going on without it", what, type(exc).__name__, first)
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """Picklable (it travels to SLURM stage jobs with the stages). ``upload``: artifacts carry their files
+    instead of referencing the cache entry."""
+
+    project: str
+    entity: str | None
+    mode: str
+    group: str
+    upload: bool = False
+
+    @classmethod
+    def of(cls, cfg: DictConfig, group: str) -> TrackingSettings | None:
+        """From a cell's ``tracking`` group; None for ``tracking=none``."""
+        t = cfg.tracking
+        if t.name == "none":
+            return None
+        if t.name != "wandb":
+            raise ValueError(f"tracking must be none or wandb, got {t.name!r}")
+        return cls(str(t.project), t.get("entity"), str(t.mode), group, bool(t.get("upload", False)))
+
+    def init(self, directory: Path, job_type: str, name: str, config: dict[str, Any], run_id: str | None = None,
+             tags: list[str] | None = None) -> Any:
+        """A new W&B run writing under ``directory`` (offline: ``directory/wandb/offline-run-*``); a given
+        ``run_id`` resumes that run (a requeued stage continues its curve). Several may be open at once."""
+        import wandb
+
+        directory.mkdir(parents=True, exist_ok=True)
+        argv = sys.argv
+        sys.argv = [argv[0], *map(redact_arg, argv[1:])]  # W&B records the command line
+        try:
+            return wandb.init(project=self.project, entity=self.entity, mode=self.mode, group=self.group, job_type=job_type,
+                              name=name, id=run_id, resume="allow" if run_id else None, dir=str(directory), tags=tags,
+                              config=scrub(config), reinit="create_new", settings=wandb.Settings(silent=True))
+        finally:
+            sys.argv = argv
