@@ -7,9 +7,9 @@ import ir_measures
 import pytest
 from ir_measures import Qrel, ScoredDoc
 
-from skillrouter.data.types import Query
+from skillrouter.data.types import Query, Skill
 from skillrouter.eval.metrics import (aggregate, completeness_at, full_coverage_at, hit_at_1, mrr_at, ndcg_at,
-                                      per_query, per_query_rows, recall_at, recall_curve, set_compat)
+                                      parse_metrics, per_query, per_query_rows, recall_at, recall_curve, set_compat)
 
 from .conftest import ROOT
 
@@ -237,3 +237,30 @@ def test_sra_bench_protocol_by_hand():
     assert row == pytest.approx({"r@1": 0.0, "r@5": 1 / 3, "r@10": 2 / 3, "r@50": 1.0, "ndcg@1": 0.0,
                                  "ndcg@5": (1 / math.log2(3)) / idcg, "ndcg@10": (1 / math.log2(3) + 1 / math.log2(11)) / idcg,
                                  "ndcg@50": (1 / math.log2(3) + 1 / math.log2(11) + 1 / math.log2(42)) / idcg})
+
+
+def test_derived_strata_edges_counts_and_means_by_hand():
+    """Description words per skill: a 1, b 2, c 4, d 8. Per-query mean over GT in the pool: q1 1, q2 2,
+    q3 (a, c) 2.5, q4 8, q5 (c, d) 6, q6 (a..d) 3.75; q7's GT is not in the pool (no quartile). Sorted
+    1, 2, 2.5, 3.75, 6, 8: numpy's linear quartiles at positions 1.25, 2.5, 3.75 are 2 + .25 * .5 = 2.125,
+    2.5 + .5 * 1.25 = 3.125 and 3.75 + .75 * 2.25 = 5.4375."""
+    from skillrouter.eval.strata import derive
+
+    skills = [Skill("a", "a", "one"), Skill("b", "b", "one two"), Skill("c", "c", "w x y z"),
+              Skill("d", "d", "1 2 3 4 5 6 7 8")]
+    gts = {"q1": ("a",), "q2": ("b",), "q3": ("a", "c"), "q4": ("d",), "q5": ("c", "d"), "q6": ("a", "b", "c", "d"),
+           "q7": ("zz",)}
+    queries = [Query(qid, qid, gt) for qid, gt in gts.items()]
+    tagged, report = derive(queries, skills, ["gt_desc_words_quartile", "gt_count", "domain"])
+    assert report["gt_desc_words_quartile"]["edges"] == pytest.approx([2.125, 3.125, 5.4375])
+    quartile = {q.id: q.tags.get("gt_desc_words_quartile") for q in tagged}
+    assert quartile == {"q1": "Q1", "q2": "Q1", "q3": "Q2", "q4": "Q4", "q5": "Q4", "q6": "Q3", "q7": None}
+    assert report["gt_desc_words_quartile"]["counts"] == {"Q1": 2, "Q2": 1, "Q3": 1, "Q4": 2}
+    assert {q.id: q.tags["gt_count"] for q in tagged} == {"q1": "1", "q2": "1", "q3": "2", "q4": "1", "q5": "2",
+                                                          "q6": "4+", "q7": "1"}
+    rankings = {"q1": ["a"], "q2": ["x"], "q3": ["c"], "q4": ["d"], "q5": ["x"], "q6": ["b"]}  # hits: q1 q3 q4 q6
+    metrics, counts = aggregate(rankings, tagged, parse_metrics(["hit@1"]), ["gt_desc_words_quartile", "gt_count"])
+    assert metrics["gt_desc_words_quartile=Q1/hit@1"] == 0.5 and metrics["gt_desc_words_quartile=Q4/hit@1"] == 0.5
+    assert metrics["gt_desc_words_quartile=Q2/hit@1"] == metrics["gt_desc_words_quartile=Q3/hit@1"] == 1.0
+    assert counts["gt_desc_words_quartile=Q4"] == 2
+    assert metrics["gt_count=2/hit@1"] == 0.5 and metrics["gt_count=4+/hit@1"] == 1.0 and counts["gt_count=1"] == 4

@@ -144,6 +144,19 @@ def test_body_removal_rows_are_systems_that_ran_the_ablation(tmp_path):
     assert table.values.loc["minilm", ("drop all-nd (pp)", "hit@1")] == pytest.approx(0.5)
 
 
+def test_body_removal_strata_gives_the_nd_to_all_gap_per_quartile(tmp_path):
+    root = tmp_path / "g"
+    for name, fields, hits in (("0", "nd", (0.25, 0.5, 0.5, 1.0)), ("1", "all", (0.75, 0.75, 0.5, 1.0))):
+        make_run(root, name, [1], encoder="minilm", tier="easy", fields=fields)
+        data = json.loads((root / name / "metrics.json").read_text())
+        data["metrics"].update({f"gt_desc_words_quartile=Q{i}/hit@1": h for i, h in enumerate(hits, start=1)})
+        (root / name / "metrics.json").write_text(json.dumps(data))
+    table = build_table(SPECS["body_removal_strata"], collect([root], tmp_path), tmp_path)
+    gaps = [table.values.loc["minilm", ("drop all-nd (pp)", f"gt_desc_words_quartile=Q{i}/hit@1")] for i in range(1, 5)]
+    assert gaps == pytest.approx([0.5, 0.25, 0.0, 0.0])
+    assert "Q1 Hit@1" in to_markdown(table) and "Q4 Hit@1" in to_markdown(table)
+
+
 def test_reproduction_table_against_published_values(tmp_path):
     root = tmp_path / "g"
     sr = {"data": "skillrouter_core", "encoder": "skillrouter_emb_0.6b", "reranker": "skillrouter_rank_0.6b"}

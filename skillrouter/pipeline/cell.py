@@ -31,6 +31,7 @@ from ..data import Dataset, load_descriptions
 from ..data.types import Query
 from ..data.jsonl import atomic_write_json, read_json
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
+from ..eval.strata import derive
 from ..models import respect_cpu_allocation
 from ..progress import quiet_library_bars
 from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
@@ -225,17 +226,18 @@ def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: li
     write_predictions(run_dir / "predictions.json", ordered)
     metrics_spec = parse_metrics(cfg.eval.metrics)
     breakdown = list(cfg.eval.breakdown)
+    queries, strata = derive(dataset.queries, dataset.skills, breakdown)
     by_qid = {r.qid: r.ids for r in ordered}
-    rows = per_query_rows(by_qid, dataset.queries, metrics_spec)
-    metrics, counts = aggregate_rows(rows, dataset.queries, metrics_spec, breakdown)
+    rows = per_query_rows(by_qid, queries, metrics_spec)
+    metrics, counts = aggregate_rows(rows, queries, metrics_spec, breakdown)
     atomic_write_json(run_dir / "per_query.json", rows)
     return Scored({
         "choices": choices, "metrics": metrics, "counts": counts, "n_queries": counts["all"], "status": "completed",
         "recall_curve": [round(r, 6) for r in recall_curve(by_qid, dataset.queries)],
-        "eval": {"metrics": [m.name for m in metrics_spec], "breakdown": breakdown},
+        "eval": {"metrics": [m.name for m in metrics_spec], "breakdown": breakdown, "strata": strata},
         "data": {"config": data, "tier": OmegaConf.to_container(cfg.tier), "n_skills": len(dataset.skills),
                  "skipped": dict(dataset.report.skipped), "skip_examples": dict(dataset.report.examples)},
-    }, rows, list(dataset.queries), ordered)
+    }, rows, queries, ordered)
 
 
 def failure_record(choices: dict[str, str], exc: BaseException) -> dict[str, Any]:

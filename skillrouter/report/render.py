@@ -62,6 +62,9 @@ def _label(part: str) -> str:
     for prefix, word in (("single/", "Single "), ("multi/", "Multi ")):
         if part.startswith(prefix):
             return word + _label(part[len(prefix):])
+    stratum, sep, metric = part.partition("/")
+    if sep and "=" in stratum:  # a breakdown key, <tag>=<value>/<metric>: "Q1 Hit@1"
+        return f"{stratum.split('=', 1)[1]} {_label(metric)}"
     return part
 
 

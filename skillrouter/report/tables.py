@@ -64,6 +64,11 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("body_removal", "Body removal: Hit@1 with name+description only, full text, and Oracle-ND", "body_removal",
               ("hit@1",), columns=("fields",), column_values={"fields": ("nd", "all", "oracle_nd")},
               select={"tier": ("easy",)}, drop=("all", "nd"), row_needs={"fields": ("nd", "oracle_nd")}),
+    TableSpec("body_removal_strata", "Body removal by GT description length: Hit@1 per quartile of description words, "
+              "name+description only vs full text", "body_removal",
+              tuple(f"gt_desc_words_quartile=Q{i}/hit@1" for i in range(1, 5)), columns=("fields",),
+              column_values={"fields": ("nd", "all")}, select={"tier": ("easy",)}, drop=("all", "nd"),
+              row_needs={"fields": ("nd",)}),
     TableSpec("fn_filter", "False-negative filter ablation (trained encoder)", "fn_filter", ("hit@1", "mrr@10"),
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
