@@ -190,3 +190,49 @@ def test_skillret_rows_pick_the_run_of_their_protocol(tmp_path):
     assert (own.loc["fc@10", "ours"], own.loc["fc@10", "published"]) == (70.0, 75.09) and own.loc["fc@10", "run"].endswith("0")
     r3 = table[(table["table"] == "Table 6") & table["row"].str.startswith("SkillRet-Embedding-0.6B")].iloc[0]
     assert r3["ours"] == 50.0 and pd.isna(r3["published"])
+
+
+def test_cases_are_selected_and_ordered_by_hand():
+    from skillrouter.data.types import Query
+    from skillrouter.report.cases import case_frame, find_cases
+
+    queries = [Query("q1", "csv", ("a",)), Query("q2", "pdf", ("b",)), Query("q3", "img", ("c",)),
+               Query("q4", "two", ("a", "b")), Query("q5", "none", ("z",)), Query("q6", "both", ("c",))]
+    a = {"q1": ["x", "y", "a"], "q2": ["b", "x"], "q3": ["x", "c"], "q4": ["x", "y", "z", "w", "b"], "q5": ["x"], "q6": ["c"]}
+    b = {"q1": ["a", "x"], "q2": ["x", "y", "b"], "q3": ["c"], "q4": ["b", "a"], "q5": ["y", "z"], "q6": ["c"]}
+    cases = find_cases(queries, a, b)
+    # rescues: q1 (A's best GT at 3), q3 (at 2), q4 (at 5): deepest first; q6 is a hit for both: no case
+    assert [c.query.id for c in cases["rescue"]] == ["q4", "q1", "q3"]
+    assert [c.query.id for c in cases["degrade"]] == ["q2"] and [c.query.id for c in cases["both_miss"]] == ["q5"]
+    frame = case_frame(cases["rescue"], top=2)
+    assert list(frame["query"]) == ["q4", "q1"]
+    assert frame.iloc[0]["B top-5"] == "b (GT); a (GT)" and frame.iloc[0]["GT rank (A / B)"] == "a: - / 2; b: 5 / 1"
+
+
+def test_cases_from_two_real_runs(tmp_path):
+    """Two cells of a tiny grid (name+description vs full text): a case file per kind, linked from nowhere
+    else than its own folder; the query texts come from the runs' cache."""
+    from skillrouter.report.cases import KINDS, write_cases
+
+    sweep, cache = tmp_path / "grid", tmp_path / "cache"
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "launch.py"), "-m",
+                           f"hydra.sweep.dir={sweep}", f"cache_dir={cache}", "progress=false", "data=tiny", "encoder=bm25",
+                           "fields=nd,all"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md, tex = write_cases(sweep / "0", sweep / "1", tmp_path / "cases", "nd-vs-all")
+    text = md.read_text()
+    assert text.count("### ") == len(KINDS) and "(GT)" in text and "{" not in text.replace("\\{", "")
+    assert "\\begin{tabular}" in tex.read_text()
+    shutil.rmtree(cache)
+    with pytest.raises(FileNotFoundError, match="load_data"):
+        write_cases(sweep / "0", sweep / "1", tmp_path / "cases", "again")
+
+
+def test_a_paper_table_keeps_the_systems_its_own_sweep_runs(tmp_path):
+    """The SKIP ablation's Easy-only trained_r3 pipeline matches the pipeline table's selection, but its
+    sweep (sweeps/pipeline_results.yaml: encoder minilm, trained) never runs it: not a row."""
+    root = tmp_path / "g"
+    for i, (encoder, tier) in enumerate((("minilm", "easy"), ("minilm", "hard"), ("trained_r3", "easy"))):
+        make_run(root, str(i), [1, 0], encoder=encoder, tier=tier, reranker="trained")
+    table = build_table(SPECS["pipeline_results"], collect([root], tmp_path), tmp_path)
+    assert list(table.values.index) == ["minilm + trained[listwise]"]

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from ..data.jsonl import atomic_write_text
+from .cases import case_pairs, write_cases
 from .collect import collect
 from .figures import recall_figure
 from .render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
@@ -61,6 +62,7 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
         md = plain_to_markdown(df, title, notes)
         write(f"{name}.md", md)
         index += [md, ""]
+    index += _cases(on_data, base, out, written)
     bad = runs[runs["status"] != "completed"]
     index += ["### Failed or incomplete runs", ""]
     index += [f"- `{r['run']}` {r['status']}: {r['error']}" for _, r in bad.iterrows()] or ["- none"]
@@ -68,6 +70,21 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
     if len(on_data):
         written += recall_figure(on_data, base, out)
     return written
+
+
+def _cases(runs, base: Path, out: Path, written: list[Path]) -> list[str]:
+    """Write the case files of each paper table's comparisons (encoder vs base, pipeline vs encoder) and
+    return the index lines linking them."""
+    lines = ["### Cases (per-query: rescues, degradations, common misses)", ""]
+    for name, a, b in case_pairs(runs):
+        try:
+            files = write_cases(base / a, base / b, out / "cases", name)
+        except (OSError, KeyError, ValueError) as exc:
+            lines.append(f"- {name}: not written ({exc})")
+            continue
+        written += files
+        lines.append(f"- [{name}](cases/{name}.md) (A = `{a}`, B = `{b}`)")
+    return lines + (["- none: no comparable runs"] if len(lines) == 2 else []) + [""]
 
 
 def main() -> None:

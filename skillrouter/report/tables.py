@@ -124,10 +124,27 @@ def _dim_values(spec: TableSpec, dim: str, scoped: pd.DataFrame) -> tuple[str, .
     return spec.column_values.get(dim) or tuple(sorted(set(scoped[dim]), key=lambda v: (len(v), v)))
 
 
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+SYSTEM_KEYS = ("encoder", "reranker", "loss")  # what a row is; a table keeps the values its own sweep runs
+
+
+def sweep_systems(sweep: str) -> dict[str, tuple[str, ...]]:
+    """The encoder / reranker / loss values ``sweeps/<sweep>.yaml`` sweeps (empty when the file is not here, or the
+    sweep goes by experiments): a paper table shows the rows its sweep defines, not a neighbouring sweep's cells
+    that happen to match its selection (the SKIP ablation's Easy-only R3 pipelines in the pipeline table)."""
+    import yaml
+
+    path = SWEEPS / f"{sweep}.yaml"
+    if not path.exists():
+        return {}
+    params = (yaml.safe_load(path.read_text()).get("hydra") or {}).get("sweeper", {}).get("params") or {}
+    return {k: tuple(str(v).split(",")) for k, v in params.items() if k in SYSTEM_KEYS}
+
+
 def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_significance: bool = False) -> Table:
     all_runs = _with_labels(runs)
     ok = all_runs[all_runs.index.isin(usable(runs).index)]
-    scoped = ok[_matches(ok, spec.select) & _matches(ok, spec.exclude, negate=True)]
+    scoped = ok[_matches(ok, spec.select) & _matches(ok, spec.exclude, negate=True) & _matches(ok, sweep_systems(spec.sweep))]
     if spec.row_specs:
         row_sel = {label: dict(sel) for label, sel in spec.row_specs}
         rows = list(row_sel)
