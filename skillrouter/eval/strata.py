@@ -13,6 +13,7 @@ Any other breakdown tag is a stored one (``domain``, ``task_type``, a release's 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -65,5 +66,5 @@ def derive(queries: Sequence[Query], skills: Sequence[Skill], breakdown: Sequenc
         labels, info = DERIVED[tag](queries, skills)
         for qid, label in labels.items():
             tags[qid][tag] = label
-        report[tag] = {**info, "counts": {v: list(labels.values()).count(v) for v in sorted(set(labels.values()))}}
+        report[tag] = {**info, "counts": dict(sorted(Counter(labels.values()).items()))}
     return [dataclasses.replace(q, tags={**q.tags, **tags[q.id]}) if tags[q.id] else q for q in queries], report

@@ -28,8 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..cache.store import StageCache, StageRecord, record_dict
 from ..data import Dataset, load_descriptions
-from ..data.types import Query
 from ..data.jsonl import atomic_write_json, read_json
+from ..data.types import Query
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..eval.strata import derive
 from ..models import respect_cpu_allocation

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,6 +15,7 @@ from omegaconf import DictConfig
 from .secrets import redact_arg, scrub
 
 log = logging.getLogger(__name__)
+_ARGV = threading.Lock()  # stages built side by side start runs from several threads; sys.argv is one
 
 
 @contextlib.contextmanager
@@ -54,11 +56,13 @@ class TrackingSettings:
         import wandb
 
         directory.mkdir(parents=True, exist_ok=True)
-        argv = sys.argv
-        sys.argv = [argv[0], *map(redact_arg, argv[1:])]  # W&B records the command line
-        try:
-            return wandb.init(project=self.project, entity=self.entity, mode=self.mode, group=self.group, job_type=job_type,
-                              name=name, id=run_id, resume="allow" if run_id else None, dir=str(directory), tags=tags,
-                              config=scrub(config), reinit="create_new", settings=wandb.Settings(silent=True))
-        finally:
-            sys.argv = argv
+        with _ARGV:  # W&B records the command line: it sees it redacted
+            argv = sys.argv
+            sys.argv = [argv[0], *map(redact_arg, argv[1:])]
+            try:
+                return wandb.init(project=self.project, entity=self.entity, mode=self.mode, group=self.group,
+                                  job_type=job_type, name=name, id=run_id, resume="allow" if run_id else None,
+                                  dir=str(directory), tags=tags, config=scrub(config), reinit="create_new",
+                                  settings=wandb.Settings(silent=True))
+            finally:
+                sys.argv = argv

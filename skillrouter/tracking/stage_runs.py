@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..data.jsonl import atomic_write_json
 from ..stages.graph import Stage
@@ -60,12 +60,12 @@ class StageRun:
                 for up in stage.inputs.values():
                     self.run.use_artifact(f"{artifact_name(up.kind, up.key)}:latest")
 
-    def _call(self, what: str, fn: Any, *args: Any) -> None:
+    def _call(self, what: str, fn: Callable[[], None]) -> None:
         if self.run is None:
             return
         ok = False
         with guarded(f"{what} (stage {self.stage.label})"):
-            fn(*args)
+            fn()
             ok = True
         if not ok:
             self.run = None

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...cache.store import StageCache, StageRecord
