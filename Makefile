@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export HF_HUB_OFFLINE := 1
 export WANDB_SILENT := true
 
-.PHONY: setup system-deps demo test bench report sweep reliability
+.PHONY: setup system-deps demo test bench report report-demo sweep reliability
 setup: $(STAMP)
 
 system-deps:
@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/python launch.py -m encoder=bm25,minilm fields=nd,all
 
+# Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
 test: setup system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 bench: setup
 	$(BIN)/python benchmarks/load_pool.py
@@ -50,3 +51,7 @@ sweep: setup
 # make report : regenerate reports/ from every grid under outputs/multirun
 report: setup
 	$(BIN)/python -m skillrouter.report --significance
+
+# make report-demo : run every sweep on the built-in data (Qwen3 paths on tiny stand-ins), then make report
+report-demo: setup
+	PY=$(BIN)/python bash scripts/demo_reports.sh

@@ -1,8 +1,10 @@
 """The online path per query, as SkillRouter reports it (495.8 ms p50 for its 1.2B pipeline): encode
-the query, search the cached pool index, rerank the top-20. p50 / p95 / p99 over the queries, and the
-process's peak memory, for any encoder / reranker preset.
+the query, search the cached pool index, rerank the top-20. p50 / p95 / p99 over the queries, the
+process's peak memory and each model's parameter count, for any encoder / reranker preset (``reranker=none``:
+the encoder alone). One run per pipeline preset, each under its own ``--name``, is what
+``python -m skillrouter.report.efficiency`` compares (reports/efficiency.md).
 
-    python benchmarks/serving_latency.py [--trained-reranker] [--queries 100] [OVERRIDE ...]
+    python benchmarks/serving_latency.py [--trained-reranker] [--queries 100] [--pool-size N] [--name NAME] [OVERRIDE ...]
     python benchmarks/serving_latency.py encoder=skillrouter_emb_0.6b encoder.model=PATH \
         reranker=skillrouter_rank_0.6b reranker.model=PATH            # the released checkpoints (GPU)
 
@@ -51,6 +53,15 @@ def trained_reranker(cache_dir: Path) -> str:
     return str(cache_dir / "train_reranker" / key / "model")
 
 
+def parameters(model: object) -> int:
+    """Every parameter of a torch model, LoRA adapters and frozen bases included (a wrapper's ``model``)."""
+    import torch
+
+    while not isinstance(model, torch.nn.Module) and hasattr(model, "model"):
+        model = model.model
+    return sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     return {f"p{p}": round(float(np.percentile(values, p)), 1) for p in (50, 95, 99)} | {"mean": round(float(np.mean(values)), 1)}
 
@@ -61,6 +72,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--topk", type=int, default=20)
     parser.add_argument("--trained-reranker", action="store_true")
+    parser.add_argument("--pool-size", type=int, default=None, help="serve the first N skills of the pool (default: all)")
     parser.add_argument("--name", default="", help="suffix of the figures file")
     args = parser.parse_args()
     cache_dir = ROOT / ".cache" / "skillrouter"
@@ -71,7 +83,7 @@ def main() -> None:
 
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     source = sample if sample.exists() else generate(Path(tempfile.mkdtemp()))["pool"]
-    skills = load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
+    skills = load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)[: args.pool_size]
     enc_text, rr_text = encoder_text(cfg), reranker_text(cfg)
     ids = [s.id for s in skills]
     spec, data = encoder_spec(cfg.encoder), pool_stage(skills, Path(tempfile.mkdtemp()))
@@ -86,11 +98,12 @@ def main() -> None:
     index = faiss.IndexFlatIP(emb.shape[1])
     index.add(emb)
     model = load_encoder(spec)
+    encoder_parameters = parameters(model)
     if onnx:
         exported = cache_dir / onnx.kind / onnx.key
         model = OnnxEncoder(exported / json.loads((exported / "manifest.json").read_text())["file"], model)
-    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=reranker_path)
-    docs = {s.id: rr_text.skill(s) for s in skills}
+    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=reranker_path) if cfg.reranker.kind != "none" else None
+    docs = {s.id: rr_text.skill(s) for s in skills} if scorer is not None else {}
     queries = [s.description or s.name for s in random.Random(0).sample(skills, args.queries + 3)]
     timings: dict[str, list[float]] = {"encode_ms": [], "search_ms": [], "rerank_ms": [], "total_ms": []}
     for i, q in enumerate(queries):
@@ -100,7 +113,8 @@ def main() -> None:
         _, idx = index.search(qv, 50)
         t2 = time.perf_counter()
         head = [ids[j] for j in idx[0][: args.topk]]
-        scorer.score([rr_text.query(q)] * len(head), [docs[h] for h in head])
+        if scorer is not None:
+            scorer.score([rr_text.query(q)] * len(head), [docs[h] for h in head])
         t3 = time.perf_counter()
         if i >= 3:  # warm-up queries excluded
             for name, value in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
@@ -109,7 +123,8 @@ def main() -> None:
 
     figures = {"device": device(), "torch_threads": torch.get_num_threads(), "pool_skills": len(ids),
                "encoder": cfg.encoder.name, "reranker": (cfg.reranker.name + (" (fine-tuned on built-in data)" if reranker_path else "")),
-               "rerank_topk": args.topk, "queries": len(timings["total_ms"]),
+               "rerank_topk": args.topk if scorer is not None else 0, "queries": len(timings["total_ms"]),
+               "parameters": {"encoder": encoder_parameters, "reranker": parameters(scorer) if scorer is not None else 0},
                "pool_embedding_s (cached after the first run)": round(pool_seconds, 2),
                **{name: percentiles(v) for name, v in timings.items()},
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}

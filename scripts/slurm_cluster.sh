@@ -3,7 +3,7 @@
 #
 #   eval "$(scripts/slurm_cluster.sh up)"   # install if missing, configure, start; prints export lines
 #   scripts/slurm_cluster.sh status
-#   scripts/slurm_cluster.sh down           # stop the daemons (state stays for the next `up`)
+#   scripts/slurm_cluster.sh down           # stop the daemons
 #
 # The node declares SKILLROUTER_SLURM_GPUS counted GPUs (default 4): a GRES whose device files are
 # placeholders, which SLURM schedules and accounts (so tests see which jobs hold a GPU) and nothing more. With
@@ -11,6 +11,10 @@
 # i.e. N job slots: a cluster with a free GPU per cell, for benchmarks (a job waiting on a lock uses no CPU),
 # with N x 4 GB of declared memory, or SKILLROUTER_SLURM_MEM_MB. `up` with other settings than the running
 # cluster's restarts it.
+#
+# A cold `up` (no controller running) starts with an empty queue: the jobs of a cluster whose daemons died
+# (a machine restart, a killed CI run) have no launcher waiting on them any more, and left in the saved state
+# they would run again and hold the node's slots and GPUs, so that the next grid's jobs pend behind them.
 #
 # Idempotent. Needs root (package install, munge). No systemd: daemons are started directly and
 # stopped by their pid files. Accounting is not run; submitit's `sacct` calls are answered by a
@@ -131,7 +135,7 @@ up() {
     log "configuration changed: restarting"
     down
   fi
-  running "$DIR/slurmctld.pid" || slurmctld -f "$CONF" >&2
+  running "$DIR/slurmctld.pid" || slurmctld -c -f "$CONF" >&2  # -c: a cold start discards the saved jobs
   running "$DIR/slurmd.pid" || slurmd -f "$CONF" >&2
   # a node restarted under old state may still be `completing` a step of a previous job: it is up
   local ready='^(idle|mixed|allocated|completing)'

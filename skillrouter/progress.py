@@ -58,14 +58,16 @@ class LineProgress:
 
     def _line(self, final: bool) -> str:
         elapsed = time.monotonic() - self.t0
-        rate = (self.n - self.start_n) / elapsed if elapsed > 0 else 0.0
+        done_here = self.n - self.start_n
+        rate = done_here / elapsed if elapsed > 0 else 0.0
+        speed = f"{_duration(elapsed / done_here)} each" if done_here and elapsed / done_here >= 10 else f"{rate:.1f}/s"
         label = f"{_stage.get()}: " if _stage.get() else ""
         done = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
         extra = "".join(f", {k}={v}" for k, v in self.postfix.items())
         if final:
-            return f"{label}{self.desc}: done, {done} {self.unit} in {_duration(elapsed)} ({rate:.1f}/s{extra})"
+            return f"{label}{self.desc}: done, {done} {self.unit} in {_duration(elapsed)} ({speed}{extra})"
         eta = f", ETA {_duration((self.total - self.n) / rate)}" if self.total is not None and rate > 0 else ""
-        return f"{label}{self.desc}: {done} {self.unit} ({rate:.1f}/s{eta}{extra})"
+        return f"{label}{self.desc}: {done} {self.unit} ({speed}{eta}{extra})"
 
     def update(self, n: int = 1) -> None:
         self.n += n

@@ -9,7 +9,17 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on two cores: one torch thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The SLURM tests first: under pytest-xdist (``--dist loadfile``) their file goes to one worker as one
+    unit (they share one cluster and count its jobs) and starts at once, while the other worker takes the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
 
 
 def write_jsonl(path: Path, records) -> Path:

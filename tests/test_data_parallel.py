@@ -4,6 +4,10 @@ other's in-batch negatives), and a two-process training killed after a checkpoin
 uninterrupted one."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -117,3 +121,34 @@ def test_a_killed_two_process_training_resumes_to_the_uninterrupted_result(tmp_p
     assert resumed == pytest.approx(full, abs=1e-6) and len(full) == 6
     for name, w in _weights(tmp_path / "full").items():
         torch.testing.assert_close(_weights(tmp_path / "resumed")[name], w, rtol=1e-5, atol=1e-6, msg=name)
+
+
+TASK_ENV = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_JOB_ID": "7"}
+
+
+def test_a_job_of_two_tasks_trains_the_single_process_encoder(tmp_path, qwen, monkeypatch):
+    """The path of ``nodes`` / ``tasks_per_node``: task 0 (here) reaches the training inside ``leading`` and
+    hands it over; task 1 (a second process, as SLURM starts it) follows; one gloo rank each. The weights equal
+    one process's; the follower returns once told there is nothing more (a second follower of a job whose first
+    task trained nothing returns at once)."""
+    spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
+    args = (spec, EXAMPLES, NEGATIVES, TEXTS, EncoderLoss("infonce", 0.05), TrainConfig(epochs=2, batch_size=4, lr=1e-3))
+    single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
+    folder = data_parallel.handoff_folder(tmp_path)
+    follow = [sys.executable, "-c", "import sys; from pathlib import Path; from skillrouter.train import data_parallel; "
+              "print(data_parallel.follow(Path(sys.argv[1]), poll_s=0.1))", str(folder)]
+    follower = subprocess.Popen(follow, env={**os.environ, **TASK_ENV, "SLURM_PROCID": "1", "SLURM_LOCALID": "1"},
+                                stdout=subprocess.PIPE, text=True)
+    for key, value in {**TASK_ENV, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}.items():
+        monkeypatch.setenv(key, value)
+    with data_parallel.leading(folder):
+        assert data_parallel.JobTasks.current() == data_parallel.JobTasks(0, 2, 2, 1, 0)
+        double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 1)
+    assert follower.wait(timeout=120) == 0 and follower.stdout.read().strip() == "1"
+    assert double == pytest.approx(single, abs=1e-5) and data_parallel.JobTasks.current().count == 1
+    for name, w in _weights(tmp_path / "one").items():
+        torch.testing.assert_close(_weights(tmp_path / "two")[name], w, rtol=1e-4, atol=1e-5, msg=name)
+    idle = data_parallel.handoff_folder(tmp_path / "idle")
+    with data_parallel.leading(idle):
+        pass
+    assert data_parallel.follow(idle) == 0

@@ -180,3 +180,16 @@ def test_two_jobs_building_one_cheap_stage_leave_it_built(cells, tmp_path):
     journal.write(load, "built", job_id="1")
     job_b.build(load)
     assert journal.read(load)["state"] == "built"
+
+
+def test_planning_and_a_stage_job_start_without_the_training_libraries():
+    """The launcher plans, and every SLURM stage job unpickles its work, by importing the stage graph; the
+    libraries only a build needs (sentence-transformers alone costs ~4 s) load when that build runs."""
+    import subprocess
+    import sys
+
+    heavy = ("sentence_transformers", "transformers", "peft", "sklearn", "faiss", "bm25s", "wandb")
+    code = ("import sys, skillrouter.pipeline.plan, skillrouter.pipeline.execute.slurm; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -198,4 +198,10 @@ def test_progress_off_a_terminal_is_one_line_per_interval(tmp_path, monkeypatch,
     assert lines == ["embed_pool 1a2b3c4d: encode: 20/40 texts (19.8/s, ETA 1s)",
                      "embed_pool 1a2b3c4d: encode: 30/40 texts (14.9/s, ETA 1s)",
                      "embed_pool 1a2b3c4d: encode: done, 40/40 texts in 3s (13.3/s)"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="skillrouter.progress"), progress_module.progress(2, "train", "steps") as bar:
+        now[0] += 258.8  # a step slower than 10 s reads as time per step, not as 0.0/s
+        bar.update()
+    assert [r.getMessage() for r in caplog.records] == ["train: 1/2 steps (4m19s each, ETA 4m19s)",
+                                                       "train: done, 1/2 steps in 4m19s (4m19s each)"]
     assert isinstance(progress_module.progress(5, "x", enabled=False), progress_module._Silent)

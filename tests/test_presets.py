@@ -177,3 +177,30 @@ def test_skillcorpus_presets(tiny):
     prompt = f"<Instruct>: {SKILLCORPUS_RERANK}\n\n<Query>: {TASK}\n\n{doc}"
     body = tok(prompt, padding=False, truncation=True, max_length=96 - len(prefix) - len(suffix), return_attention_mask=False)
     assert _causal_rows(scorer, [TASK], [doc]) == [prefix + body["input_ids"] + suffix]
+
+
+def test_skillrouter_recipe_says_what_the_paper_trained():
+    """recipe=skillrouter: the Qwen3 0.6B bases, lr 2e-5 (encoder) / 1e-5 (reranker), 1 epoch, listwise on the
+    top-20, false-negative filter on; a CPU swaps only the bases and keeps the recipe."""
+    for cfg in (_cfg("recipe=skillrouter"), _cfg("recipe=skillrouter", "encoder@encoder.base=minilm",
+                                                  "reranker@reranker.base=minilm_ce")):
+        assert (cfg.encoder.kind, cfg.reranker.kind, cfg.loss.name, cfg.fn_filter.enabled) == ("trained", "trained", "listwise", True)
+        assert (cfg.encoder.train.lr, cfg.encoder.train.epochs, cfg.reranker.train.lr, cfg.reranker.train.epochs) == (2e-5, 1, 1e-5, 1)
+        assert cfg.reranker.candidates == 20
+    assert _cfg("recipe=skillrouter").encoder.base.model == "Qwen/Qwen3-Embedding-0.6B"
+    assert _cfg("recipe=skillrouter").reranker.base.model == "Qwen/Qwen3-Reranker-0.6B"
+
+
+@pytest.mark.parametrize(("encoder_base", "reranker_base", "rates"), [
+    ("minilm", "minilm_ce", (5e-5, 2e-4)),                         # ours, for the CPU default on the built-in data
+    ("qwen3_emb_0.6b", "qwen3_rank_0.6b", (2e-5, 1e-5)),          # SkillRouter's
+    ("skillret_emb_8b", "skillrouter_rank_0.6b", (2e-5, 1e-5)),   # released checkpoints fine-tuned further
+])
+def test_trained_presets_take_their_rate_from_the_base(encoder_base, reranker_base, rates):
+    """encoder=trained / reranker=trained train at the base preset's fine_tune_lr (the papers' rate for a Qwen3
+    base, one epoch), so swapping the base alone follows the paper; an explicit lr still wins."""
+    cfg = _cfg("encoder=trained", f"encoder@encoder.base={encoder_base}", "reranker=trained",
+               f"reranker@reranker.base={reranker_base}")
+    assert (cfg.encoder.train.lr, cfg.reranker.train.lr) == rates
+    assert (cfg.encoder.train.epochs, cfg.reranker.train.epochs) == (1, 1)
+    assert _cfg("encoder=trained", "encoder.train.lr=1e-3").encoder.train.lr == 1e-3

@@ -110,8 +110,9 @@ def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
     second = {p.name: p.read_bytes() for p in generate([root], base / "r2")}
     assert first == second
     expected = {f"{name}.{ext}" for name in [*(t.name for t in TABLES), *PLAIN_TABLES] for ext in ("tex", "md", "csv")}
-    assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf"} == set(first)
+    assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf", "efficiency.md", "efficiency.tex"} == set(first)
     assert b"outputs/multirun/g/3" in first["index.md"]
+    assert all(f"- [{name}]({name})".encode() in first["index.md"] for name in first if name != "index.md")
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (.ci/run installs it)")
@@ -155,6 +156,14 @@ def test_body_removal_strata_gives_the_nd_to_all_gap_per_quartile(tmp_path):
     gaps = [table.values.loc["minilm", ("drop all-nd (pp)", f"gt_desc_words_quartile=Q{i}/hit@1")] for i in range(1, 5)]
     assert gaps == pytest.approx([0.5, 0.25, 0.0, 0.0])
     assert "Q1 Hit@1" in to_markdown(table) and "Q4 Hit@1" in to_markdown(table)
+    for name in ("0", "1"):  # every description as long as the others: the edges tie, every query lands in Q1
+        data = json.loads((root / name / "metrics.json").read_text())
+        data["metrics"] = {k: v for k, v in data["metrics"].items() if "=Q1/" in k or "=Q" not in k}
+        (root / name / "metrics.json").write_text(json.dumps(data))
+    table = build_table(SPECS["body_removal_strata"], collect([root], tmp_path), tmp_path)
+    assert table.values.loc["minilm", ("drop all-nd (pp)", "gt_desc_words_quartile=Q1/hit@1")] == pytest.approx(0.5)
+    assert pd.isna(table.values.loc["minilm", ("nd", "gt_desc_words_quartile=Q2/hit@1")])
+    assert "no gt_desc_words_quartile=Q2/hit@1, gt_desc_words_quartile=Q3/hit@1" in to_markdown(table)
 
 
 def test_reproduction_table_against_published_values(tmp_path):
@@ -209,7 +218,7 @@ def test_cases_are_selected_and_ordered_by_hand():
     assert frame.iloc[0]["B top-5"] == "b (GT); a (GT)" and frame.iloc[0]["GT rank (A / B)"] == "a: - / 2; b: 5 / 1"
 
 
-def test_cases_from_two_real_runs(tmp_path):
+def test_cases_from_two_real_runs(tmp_path, monkeypatch):
     """Two cells of a tiny grid (name+description vs full text): a case file per kind, linked from nowhere
     else than its own folder; the query texts come from the runs' cache."""
     from skillrouter.report.cases import KINDS, write_cases
@@ -223,6 +232,9 @@ def test_cases_from_two_real_runs(tmp_path):
     text = md.read_text()
     assert text.count("### ") == len(KINDS) and "(GT)" in text and "{" not in text.replace("\\{", "")
     assert "\\begin{tabular}" in tex.read_text()
+    monkeypatch.chdir(tmp_path)  # runs under the working directory are named relative to it: no checkout path
+    text = write_cases(sweep / "0", sweep / "1", tmp_path / "cases", "relative")[0].read_text()
+    assert "- A: grid/0 (" in text and str(tmp_path) not in text
     shutil.rmtree(cache)
     with pytest.raises(FileNotFoundError, match="load_data"):
         write_cases(sweep / "0", sweep / "1", tmp_path / "cases", "again")
@@ -236,3 +248,55 @@ def test_a_paper_table_keeps_the_systems_its_own_sweep_runs(tmp_path):
         make_run(root, str(i), [1, 0], encoder=encoder, tier=tier, reranker="trained")
     table = build_table(SPECS["pipeline_results"], collect([root], tmp_path), tmp_path)
     assert list(table.values.index) == ["minilm + trained[listwise]"]
+
+
+def _latency(perf: Path, name: str, encoder: int, reranker: int, p50: float, topk: int = 20, **extra) -> None:
+    figures = {"device": "cpu", "torch_threads": 2, "pool_skills": 100, "encoder": name, "reranker": "r", "rerank_topk": topk,
+               "queries": 10, "total_ms": {"p50": p50, "p95": 2 * p50}, "peak_rss_mb": 900.0,
+               "parameters": {"encoder": encoder, "reranker": reranker}, **extra}
+    perf.mkdir(parents=True, exist_ok=True)
+    (perf / f"serving_latency_{name}.json").write_text(json.dumps({"benchmark": f"serving_latency_{name}",
+                                                                    "command": "c", "figures": figures}))
+
+
+def test_efficiency_ratios_against_the_largest_row_by_hand(tmp_path):
+    """The papers' form: 1.2B vs 16B parameters is 13.3x fewer, 100 vs 580 ms is 5.8x faster; the file of a
+    run without parameter counts is no row; GPU memory is preferred where measured."""
+    from skillrouter.report.efficiency import efficiency_table, read_runs, write_efficiency
+
+    perf = tmp_path / "perf"
+    _latency(perf, "big", 8_000_000_000, 8_000_000_000, 580.0)
+    _latency(perf, "small", 600_000_000, 600_000_000, 100.0, peak_gpu_mb=3000.0)
+    _latency(perf, "alone", 600_000_000, 0, 20.0, topk=0)
+    (perf / "serving_latency.json").write_text(json.dumps({"benchmark": "serving_latency", "command": "c",
+                                                           "figures": {"device": "cpu"}}))
+    table, ref = efficiency_table(read_runs(perf))
+    rows = table.set_index("pipeline")
+    assert ref == "big" and list(rows.index) == ["alone", "big", "small"]
+    assert rows.loc["small", "fewer params (x)"] == 13.3 and rows.loc["small", "faster at p50 (x)"] == 5.8
+    assert rows.loc["small", "total params (M)"] == 1200.0 and rows.loc["small", "peak memory (MB)"] == 3000.0
+    assert rows.loc["alone", "reranker"] == "none" and rows.loc["alone", "fewer params (x)"] == 26.7
+    assert rows.loc["big", "fewer params (x)"] == 1.0
+    assert efficiency_table(read_runs(perf), "small")[0].set_index("pipeline").loc["big", "faster at p50 (x)"] == 0.2
+    with pytest.raises(ValueError, match="not a measured row"):
+        efficiency_table(read_runs(perf), "huge")
+    md, tex = write_efficiency(perf, tmp_path)
+    assert "| small " in md.read_text() and "{" not in md.read_text() and "\\begin{tabular}" in tex.read_text()
+    md, _ = write_efficiency(tmp_path / "nothing", tmp_path)
+    assert "run benchmarks/serving_latency.py" in md.read_text()
+
+
+def test_a_model_trained_on_synthesised_pairs_is_not_the_tables_trained_row(tmp_path):
+    """A synth=skillrouter cell has the encoder table's choices (encoder=trained, data=builtin) but trained on
+    generated pairs: it neither supersedes the sweep's own cell in a paper table nor stands in a case file."""
+    from skillrouter.report.cases import case_pairs
+
+    root = tmp_path / "g"
+    make_run(root, "a", [1, 0], encoder="minilm", fields="all", tier="easy")
+    make_run(root, "b", [1, 1], encoder="trained", fields="all", tier="easy", synth="none")
+    make_run(root, "c", [0, 0], encoder="trained", fields="all", tier="easy", synth="skillrouter")  # the later one
+    runs = collect([root], tmp_path)
+    assert not runs["superseded"].any()
+    table = build_table(SPECS["encoder_results"], runs, tmp_path)
+    assert table.values.loc["trained", ("easy", "hit@1")] == 1.0
+    assert case_pairs(runs) == [("encoder_results-trained-vs-minilm", "g/a", "g/b")]

@@ -55,3 +55,13 @@ def test_the_dev_profile_asks_gpu_stages_for_a_gpu_and_nothing_else_for_one():
     assert "#SBATCH --gpus-per-node=1" in scripts["gpu"]
     assert all("gpus" not in scripts[r] for r in ("cpu", "llm"))
     assert all("#SBATCH --cpus-per-task=1" in s and "#SBATCH --partition=debug" in s for s in scripts.values())
+
+
+def test_a_training_kind_over_several_nodes_asks_for_them_and_only_it():
+    params = launcher_params("slurm", "+hydra.launcher.resources.kinds.train_encoder.nodes=4",
+                             "+hydra.launcher.resources.kinds.train_encoder.gpus=8")
+    script = {k: make_executor("/f", params, params["resources"], k, "gpu")._executor._make_submission_file_text("cmd", "u")
+              for k in ("train_encoder", "embed_pool")}
+    assert "#SBATCH --nodes=4" in script["train_encoder"] and "#SBATCH --gpus-per-node=8" in script["train_encoder"]
+    assert "#SBATCH --ntasks-per-node=1" in script["train_encoder"]
+    assert "#SBATCH --nodes=1" in script["embed_pool"] and "#SBATCH --gpus-per-node=1" in script["embed_pool"]

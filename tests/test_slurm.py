@@ -10,20 +10,23 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from .conftest import ROOT, reliability_row, write_jsonl
 
 pytestmark = pytest.mark.slurm
 SLURM_ARGS = ["hydra/launcher=slurm_dev"]  # the profile for the cluster of scripts/slurm_cluster.sh
+CLUSTER = ["bash", str(ROOT / "scripts" / "slurm_cluster.sh")]
 
 
 @pytest.fixture(scope="module")
 def slurm_env():
     """Bring the cluster up (idempotent) and return its environment; stop it afterwards if this
-    fixture started it. Outside CI a machine that cannot run it skips; in CI it must work."""
-    script = ["bash", str(ROOT / "scripts" / "slurm_cluster.sh")]
+    fixture started it. Outside CI a machine that cannot run it skips; in CI it must work. The tests own
+    the cluster: jobs already queued on a running one (a killed earlier run's) are cancelled first, since
+    they would hold its slots and GPUs and be counted as this run's."""
     was_up = subprocess.run(["sinfo"], capture_output=True).returncode == 0 if shutil.which("sinfo") else False
-    proc = subprocess.run([*script, "up"], capture_output=True, text=True)
+    proc = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
     if proc.returncode != 0:
         if os.environ.get("CI"):
             pytest.fail(f"SLURM cluster did not come up:\n{proc.stderr[-2000:]}")
@@ -32,9 +35,10 @@ def slurm_env():
     for line in proc.stdout.splitlines():
         key, value = line.removeprefix("export ").split("=", 1)
         env[key] = value.replace("$PATH", os.environ["PATH"])
+    _cancel_all_jobs(env)
     yield env
     if not was_up:
-        subprocess.run([*script, "down"], capture_output=True)
+        subprocess.run([*CLUSTER, "down"], capture_output=True)
 
 
 def launch(env, sweep: Path, cache: Path, *overrides: str, slurm: bool | list[str] = True, wait: bool = True):
@@ -85,6 +89,33 @@ def _scontrol_jobs(env) -> list[dict[str, str]]:
     return [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in out.splitlines() if "JobId=" in line]
 
 
+def _queued(env) -> list[str]:
+    """Ids of the jobs that are not yet over (pending, running, completing, suspended)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout
+    return out.split()
+
+
+def _cancel_all_jobs(env) -> None:
+    left = _queued(env)
+    if left:
+        subprocess.run(["scancel", "--full", *left], env=env, capture_output=True)
+        deadline = time.time() + 60
+        while _queued(env) and time.time() < deadline:
+            time.sleep(0.5)
+
+
+def test_a_cold_start_drops_the_jobs_of_a_cluster_that_died(slurm_env, tmp_path):
+    """Jobs saved by a controller that stopped (a machine restart, a killed CI run) have no launcher waiting
+    on them: brought up again, the cluster has an empty queue instead of running them before the next grid."""
+    sub = subprocess.run(["sbatch", "--hold", "-o", str(tmp_path / "held.out"), "--wrap", "true"], env=slurm_env,
+                         capture_output=True, text=True, check=True)
+    job = sub.stdout.split()[-1]
+    assert job in _queued(slurm_env)
+    subprocess.run([*CLUSTER, "down"], env=slurm_env, capture_output=True, check=True)
+    subprocess.run([*CLUSTER, "up"], env=slurm_env, capture_output=True, check=True)
+    assert _queued(slurm_env) == []
+
+
 TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=2")
 
 
@@ -125,13 +156,18 @@ def _node_state(env) -> str:
     return subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout.strip().rstrip("*")
 
 
-def _resumed_equals_uninterrupted(env, tmp_path: Path, out: str) -> dict:
+def _uninterrupted(env, tmp_path: Path) -> subprocess.Popen:
+    """The local run to compare a resumed one with, started beside it (it needs no cluster, only a core)."""
+    return launch(env, tmp_path / "ref", tmp_path / "refcache", *TRAIN, slurm=False, wait=False)
+
+
+def _resumed_equals_uninterrupted(tmp_path: Path, ref: subprocess.Popen) -> dict:
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "grid").rglob("*.log*"))
     logs += "".join(p.read_text(errors="replace") for p in (tmp_path / "grid" / ".submitit").rglob("*_log.*"))
     assert "resuming from" in logs
     resumed = json.loads(next((tmp_path / "grid").glob("*/metrics.json")).read_text())
-    ref = launch(env, tmp_path / "ref", tmp_path / "refcache", *TRAIN, slurm=False)
-    assert ref.returncode == 0, ref.stderr[-2000:]
+    ref_out, _ = ref.communicate(timeout=900)
+    assert ref.returncode == 0, ref_out[-2000:]
     reference = json.loads(next((tmp_path / "ref").glob("*/metrics.json")).read_text())
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6)
     return resumed
@@ -140,13 +176,13 @@ def _resumed_equals_uninterrupted(env, tmp_path: Path, out: str) -> dict:
 def test_preempted_training_cell_is_requeued_and_resumes(slurm_env, tmp_path):
     """Requeue (SLURM's preemption) a cell mid-training: it restarts, resumes from its checkpoint and
     ends with the metrics of an uninterrupted run."""
-    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False)
+    proc, ref = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False), _uninterrupted(slurm_env, tmp_path)
     requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache",
                                        lambda job: subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True))
     out, _ = proc.communicate(timeout=900)
     assert requeued, "training never reached a checkpoint"
     assert proc.returncode == 0, out[-3000:]
-    _resumed_equals_uninterrupted(slurm_env, tmp_path, out)
+    _resumed_equals_uninterrupted(tmp_path, ref)
 
 
 def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
@@ -154,7 +190,7 @@ def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
     resumes from its checkpoint and ends with the metrics of an uninterrupted run."""
     node = _sinfo_node(slurm_env)
     t0 = time.perf_counter()
-    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False)
+    proc, ref = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False), _uninterrupted(slurm_env, tmp_path)
 
     def node_down(job: str) -> None:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], env=slurm_env,
@@ -169,7 +205,7 @@ def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
     assert requeued, "training never reached a checkpoint"
     assert proc.returncode == 0, out[-3000:]
     recovery = time.perf_counter() - t0
-    _resumed_equals_uninterrupted(slurm_env, tmp_path, out)
+    _resumed_equals_uninterrupted(tmp_path, ref)
     reliability_row("the SLURM node set DOWN while a training cell runs",
                     "SLURM requeued the job; on restart it resumed training from its last checkpoint",
                     "nothing (metrics equal an uninterrupted run; the steps before the checkpoint were not redone)",
@@ -247,6 +283,7 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a
     CPU array job; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
+    local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False, wait=False)  # beside the cluster's
     by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")
     assert by_stage.returncode == 0, by_stage.stdout[-3000:]
     runs = [json.loads(f.read_text()) for f in (tmp_path / "stage").glob("*/metrics.json")]
@@ -262,9 +299,9 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 1  # 6 cells, 8 a task
     for job_id, job in jobs.items():  # a GPU is held by the jobs of GPU-class stages, and by no other
         assert ("gres:gpu" in job.get("TresPerNode", "")) == (units.get(job_id) == "gpu"), (job_id, job["JobName"])
-    local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False)
     by_cell = launch(env, tmp_path / "cell", tmp_path / "c3", *USER_GRID, "dispatch=cell")
-    assert local.returncode == 0 and by_cell.returncode == 0, local.stderr[-2000:] + by_cell.stdout[-2000:]
+    local_out, _ = local.communicate(timeout=900)
+    assert local.returncode == 0 and by_cell.returncode == 0, local_out[-2000:] + by_cell.stdout[-2000:]
     for other in ("local", "cell"):
         a, b = metrics_by_choices(tmp_path / "stage"), metrics_by_choices(tmp_path / other)
         assert a.keys() == b.keys()
@@ -390,3 +427,31 @@ def test_pool_embedding_shards_go_out_as_one_job_array(slurm_env, tmp_path):
     assert len(list((tmp_path / "c1" / "embed_shard").glob("*/manifest.json"))) == 2
     jobs = sorted(r["job_id"] for r in _journal(tmp_path / "sharded") if r["stage"] == "embed_shard")
     assert len(jobs) == 2 and jobs[0].split("_")[0] == jobs[1].split("_")[0] and jobs[0] != jobs[1]
+
+
+def test_a_training_stage_over_two_tasks_trains_the_one_process_model(slurm_env, tmp_path):
+    """``+hydra.launcher.resources.kinds.train_encoder.tasks_per_node=2``: the encoder's job runs two SLURM tasks (the path of
+    ``nodes`` / ``tasks_per_node`` on one node), the first builds the stage and hands the training to the
+    second, each is one gloo rank; the weights equal a local single-process training's (a tiny Qwen3: no
+    dropout), and the cell's metrics are the local ones."""
+    from safetensors.torch import load_file
+
+    from skillrouter.models import build_tiny_qwen3
+
+    tiny = build_tiny_qwen3(tmp_path / "qwen3")  # no dropout: two ranks then draw what one process draws
+    grid = ("encoder=trained", "encoder@encoder.base=qwen3_emb_0.6b", f"encoder.base.model={tiny}",
+            "encoder.base.max_seq_length=64", "encoder.train.batch_size=8")
+    two = launch(slurm_env, tmp_path / "two", tmp_path / "c2", *grid, "+hydra.launcher.resources.kinds.train_encoder.tasks_per_node=2")
+    assert two.returncode == 0, two.stdout[-3000:]
+    one = launch(slurm_env, tmp_path / "one", tmp_path / "c1", *grid, slurm=False)
+    assert one.returncode == 0, one.stderr[-2000:]
+    (trained,) = [r for r in _journal(tmp_path / "two") if r["stage"] == "train_encoder"]
+    log = next((tmp_path / "two").rglob(f"{trained['job_id']}_0_log.out")).read_text()
+    assert "data-parallel training: 2 ranks over 2 tasks on 1 node(s)" in log
+    assert next((tmp_path / "two").rglob(f"{trained['job_id']}_1_log.out")).exists()  # the second task ran
+    weights = [load_file(next((tmp_path / c / "train_encoder").rglob("model.safetensors"))) for c in ("c1", "c2")]
+    assert weights[0].keys() == weights[1].keys()
+    for name, w in weights[0].items():
+        torch.testing.assert_close(weights[1][name], w, rtol=1e-4, atol=1e-5, msg=name)
+    a, b = metrics_by_choice(tmp_path / "two", "encoder"), metrics_by_choice(tmp_path / "one", "encoder")
+    assert a["trained"]["metrics"] == pytest.approx(b["trained"]["metrics"], abs=1e-6)

@@ -206,6 +206,23 @@ def test_r3_synthesis_feeds_graded_reranker_training(tmp_path):
     assert report["judgements"]["write"] + report["judgements"]["skip"] == report["judgements"]["sets"]
     assert set(report["judgements"]["name_leaks_by_direction"]) == {"en-en", "en-zh", "zh-en", "zh-zh"}
     assert report["split"]["train_pairs"] > 0 and report["clusters"]["super_domains"] == 2
+    from skillrouter.report.r3_stats import from_run, skip_protocols, write_r3_stats  # R3's statistics of this output
+
+    data = from_run(tmp_path / "run")
+    steps = dict(data.construction)
+    assert steps["judged WRITE"] == report["judgements"]["write"] and steps["sub-clusters"] == 6 and data.used_k == 6
+    assert sum(q["split"] == "test" for q in data.queries) == report["split"]["test_queries"]
+    written = write_r3_stats(data, tmp_path / "stats", "r3", ks=(2, 3))
+    text = written[0].read_text()
+    protocols = skip_protocols(data.judgements, data.train_pairs).set_index("protocol")
+    assert protocols.loc["judged sets", "SKIP"] == report["judgements"]["skip"] and "judged sets" in text and "{" not in text
+    assert {p.name for p in written} >= {"r3-reasons.png", "r3-clusters.pdf", "r3-skill_length.png", "r3.tex"}
+    from skillrouter.report.__main__ import generate  # make report finds the R3 source and links its statistics
+
+    generate([tmp_path / "run"], tmp_path / "reports")
+    index = (tmp_path / "reports" / "index.md").read_text()
+    name = f"synth-{json.loads((tmp_path / 'run' / 'metrics.json').read_text())['stages']['r3_pairs']['key'][:8]}"
+    assert f"- [{name}](r3_stats/{name}.md)" in index and (tmp_path / "reports" / "r3_stats" / f"{name}-reasons.png").exists()
 
 
 @pytest.mark.slow

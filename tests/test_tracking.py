@@ -58,8 +58,10 @@ def test_secrets_are_redacted_by_key_and_masked_by_value(monkeypatch):
     assert redact_arg(f"note={SECRET}") == f"note={REDACTED}" and redact_arg("topk=10") == "topk=10"
 
 
-def test_a_built_training_stage_logs_its_curve_and_references_its_entry(tmp_path, offline):
-    builder = build(tmp_path)
+def test_a_built_training_stage_logs_its_curve_and_references_its_entry(tmp_path, offline, caplog):
+    with caplog.at_level(logging.WARNING, logger="skillrouter.tracking"):
+        builder = build(tmp_path)
+    assert not [r.getMessage() for r in caplog.records if r.getMessage().startswith("W&B:")]
     (run,) = offline_runs(tmp_path / "sweep")
     s = stage()
     assert (run.run_id, run.job_type, run.group) == (artifact_name(s.kind, s.key), "train_encoder", "sweep")

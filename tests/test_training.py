@@ -213,3 +213,30 @@ def test_causal_prompt_truncates_the_document_not_the_query(tiny):
     text = scorer.tokenizer.decode(enc["input_ids"][0])
     assert enc["input_ids"].shape[1] <= 160
     assert "find the invoices" in text and "assistant" in text  # query and answer slot survive
+
+
+@pytest.mark.parametrize("shown", [True, False])
+def test_training_progress_off_a_terminal_is_log_lines(tmp_path, monkeypatch, caplog, shown):
+    """In a SLURM job's output file a training shows log lines (steps done, rate, its loss), not a carriage-return
+    bar; ``progress=false`` (show_progress) shows nothing."""
+    import logging
+
+    import torch
+
+    from skillrouter import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "on_terminal", lambda: False)
+    monkeypatch.setenv(progress_module.INTERVAL_ENV, "0")
+    torch.manual_seed(0)
+    module, x = torch.nn.Linear(3, 1), torch.randn(8, 3)
+    cfg = TrainConfig(epochs=1, batch_size=2, lr=1e-2, checkpoint_every=100, show_progress=shown)
+    with caplog.at_level(logging.INFO, logger="skillrouter.progress"):
+        losses = loop.train(module, 8, lambda idx: module(x[list(idx)]).pow(2).mean(), cfg, tmp_path, desc="train probe")
+    lines = [r.getMessage() for r in caplog.records]
+    if not shown:
+        assert lines == []
+        return
+    assert [line.split(" (")[0] for line in lines[:3]] == ["train probe: 1/4 steps", "train probe: 2/4 steps",
+                                                           "train probe: 3/4 steps"]
+    assert lines[3].startswith("train probe: done, 4/4 steps in ")
+    assert lines[-1].endswith(f", loss={losses[-1]})")

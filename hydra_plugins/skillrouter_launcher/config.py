@@ -18,6 +18,8 @@ class JobResources:
     mem_gb: Optional[int] = None
     timeout_min: Optional[int] = None
     partition: Optional[str] = None
+    nodes: Optional[int] = None           # a training stage over several nodes: one task per node (its GPUs each)
+    tasks_per_node: Optional[int] = None  # or one task per GPU; every task is a data-parallel rank
 
 
 @dataclass

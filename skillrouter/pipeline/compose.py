@@ -41,7 +41,7 @@ def reference(value: Any) -> str | None:
     return value[len(SYNTH_PREFIX):] if isinstance(value, str) and value.startswith(SYNTH_PREFIX) else None
 
 
-def _stage_model(section: DictConfig) -> DictConfig:
+def stage_model(section: DictConfig) -> DictConfig:
     """The model config a stage runs: a trained preset's ``base``, else the preset itself."""
     return section.base if section.kind == "trained" else section
 
@@ -58,14 +58,14 @@ def _data_style(cfg: DictConfig) -> str:
 
 
 def encoder_text(cfg: DictConfig) -> TextSpec:
-    enc = _stage_model(cfg.encoder)
+    enc = stage_model(cfg.encoder)
     return TextSpec(mode=cfg.fields.mode, style=enc.get("text_style") or _data_style(cfg), caps=_caps(enc, cfg.caps.encoder),
                     query_cap=enc.query_cap if "query_cap" in enc else cfg.caps.query,
                     query_instruction=enc.get("query_instruction", ""))
 
 
 def reranker_text(cfg: DictConfig) -> TextSpec:
-    rr = _stage_model(cfg.reranker)
+    rr = stage_model(cfg.reranker)
     prompt_format = rr.get("prompt_format", "qwen3")
     return TextSpec(mode=cfg.fields.mode, style=_data_style(cfg) if prompt_format == "qwen3" else "skillrouter",
                     caps=_caps(rr, cfg.caps.reranker), query_cap=rr.query_cap if "query_cap" in rr else cfg.caps.query,
@@ -73,7 +73,7 @@ def reranker_text(cfg: DictConfig) -> TextSpec:
 
 
 def encoder_spec(enc: DictConfig) -> EncoderSpec:
-    enc = _stage_model(enc)
+    enc = stage_model(enc)
     return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
                        query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
                        batch_size=enc.batch_size, padding_side=enc.get("padding_side"),
@@ -253,7 +253,7 @@ class CellComposer:
             model = self.record("train_reranker", reranker_training(
                 reranker_spec(rr.base), _plain(cfg.loss), TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, text,
                 base, self.pairs(), candidates, self.oracle()))
-        spec, trained = reranker_spec(_stage_model(rr)), rr.kind == "trained"
+        spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
         identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle()).key
         self.pair_groups[identity] = cfg.topk
         depth = max(self.depths.get(identity, cfg.topk), cfg.topk)

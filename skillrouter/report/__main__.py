@@ -4,7 +4,8 @@
 
 Default runs: every multirun directory under outputs/multirun. Writes runs.csv (the tidy table, one
 row per run, failed and incomplete runs included), one .tex/.md/.csv per table, the reranker
-contribution table, the recall figure, and index.md listing everything plus the failed runs. With
+contribution table, the recall figure, and index.md showing every table, listing the failed runs and linking
+every file under the output folder (the benchmarks' perf/ figures included). With
 ``--tracking`` the rendered tables and the figure also go to W&B as a ``report`` artifact (offline unless
 ``WANDB_MODE`` says otherwise).
 """
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 from ..data.jsonl import atomic_write_text
+from .attention import write_attention, yes_no_reranker
 from .cases import case_pairs, write_cases
-from .collect import collect
+from .collect import collect, usable
+from .efficiency import write_efficiency
+from .r3_stats import from_run, source_name, write_r3_stats
 from .figures import recall_figure
 from .render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
 from .reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
@@ -24,6 +29,7 @@ from .tables import TABLES, build_table, reranker_contribution
 
 
 SYNTHETIC_DATA = ("builtin", "tiny")
+ATTENTION_PAIRS = 64
 
 
 def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin") -> list[Path]:
@@ -62,29 +68,71 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
         md = plain_to_markdown(df, title, notes)
         write(f"{name}.md", md)
         index += [md, ""]
-    index += _cases(on_data, base, out, written)
+    written += write_efficiency(out / "perf", out)
+    index += [(out / "efficiency.md").read_text(), ""]
+    index += _section("Cases (per-query: rescues, degradations, common misses)", _cases(on_data, base, out),
+                      "no comparable runs", written)
+    index += _section("Field attention (yes/no LM rerankers)", _attention(runs, base, out),
+                      "no run reranks with a yes/no LM (sweeps/field_attention.yaml runs one)", written)
+    index += _section("R3 dataset statistics", _r3_stats(runs, base, out),
+                      "no run read synth=r3 output or the R3-Skill release", written)
     bad = runs[runs["status"] != "completed"]
     index += ["### Failed or incomplete runs", ""]
     index += [f"- `{r['run']}` {r['status']}: {r['error']}" for _, r in bad.iterrows()] or ["- none"]
-    write("index.md", "\n".join(index) + "\n")
     if len(on_data):
         written += recall_figure(on_data, base, out)
+    index += ["", "### Every file here", ""] + _files(out)
+    write("index.md", "\n".join(index) + "\n")
     return written
 
 
-def _cases(runs, base: Path, out: Path, written: list[Path]) -> list[str]:
-    """Write the case files of each paper table's comparisons (encoder vs base, pipeline vs encoder) and
-    return the index lines linking them."""
-    lines = ["### Cases (per-query: rescues, degradations, common misses)", ""]
-    for name, a, b in case_pairs(runs):
+def _files(out: Path) -> list[str]:
+    """A line per file under ``out`` (this run's and the benchmarks' ``perf/`` figures alike), linked."""
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != "index.md")
+    return [f"- [{name}]({name})" for name in files]
+
+
+Job = tuple[str, Callable[[], list[Path]], str]  # (name, write its files, its index line)
+
+
+def _section(title: str, jobs: Iterable[Job], none: str, written: list[Path]) -> list[str]:
+    """An index section: each job's files written (a failure is a line naming it, never a lost report)."""
+    lines = [f"### {title}", ""]
+    for name, write, link in jobs:
         try:
-            files = write_cases(base / a, base / b, out / "cases", name)
+            written += write()
         except (OSError, KeyError, ValueError) as exc:
             lines.append(f"- {name}: not written ({exc})")
             continue
-        written += files
-        lines.append(f"- [{name}](cases/{name}.md) (A = `{a}`, B = `{b}`)")
-    return lines + (["- none: no comparable runs"] if len(lines) == 2 else []) + [""]
+        lines.append(link)
+    return lines + ([f"- none: {none}"] if len(lines) == 2 else []) + [""]
+
+
+def _cases(runs, base: Path, out: Path) -> Iterator[Job]:
+    """The case files of each paper table's comparisons (encoder vs base, pipeline vs encoder)."""
+    for name, a, b in case_pairs(runs):
+        yield (name, lambda name=name, a=a, b=b: write_cases(base / a, base / b, out / "cases", name),
+               f"- [{name}](cases/{name}.md) (A = `{a}`, B = `{b}`)")
+
+
+def _attention(runs, base: Path, out: Path) -> Iterator[Job]:
+    """Field attention of every completed run with a yes/no LM reranker (its first query-GT pairs)."""
+    for run in (runs[runs["status"] == "completed"]["run"] if len(runs) else []):  # superseded ones too: the choices
+        if yes_no_reranker(base / run):                                         # do not name the reranker's base
+            name = str(run).strip("/").replace("/", "-")
+            yield (name, lambda run=run, name=name: write_attention(base / run, out / "attention", name, ATTENTION_PAIRS),
+                   f"- [{name}](attention/{name}.md) (first {ATTENTION_PAIRS} query-GT pairs)")
+
+
+def _r3_stats(runs, base: Path, out: Path) -> Iterator[Job]:
+    """R3's dataset statistics, once per R3 source any completed run read (a synth=r3 output, the release)."""
+    done: set[str] = set()
+    for run in (usable(runs)["run"] if len(runs) else []):
+        name = source_name(base / run)
+        if name is not None and name not in done:
+            done.add(name)
+            yield (name, lambda run=run, name=name: write_r3_stats(from_run(base / run), out / "r3_stats", name),
+                   f"- [{name}](r3_stats/{name}.md) (first read by `{run}`)")
 
 
 def main() -> None:

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..data.columnar import read_dataset
 from ..data.jsonl import atomic_write_text
 from ..data.types import Query
 from ..rankings import read_rankings
-from .collect import usable
+from .collect import run_dataset, shown_path, unsynthesised, usable
 from .render import plain_to_latex, plain_to_markdown
 
 KINDS = ("rescue", "degrade", "both_miss")
@@ -80,21 +79,9 @@ def case_frame(cases: list[Case], top: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["query", "text", "GT", f"A top-{TOP}", f"B top-{TOP}", "GT rank (A / B)"])
 
 
-def run_queries(run: Path) -> list[Query]:
-    """The queries a run scored (with their GT), from the parsed dataset its ``load_data`` stage left in the cache."""
-    metrics = json.loads((run / "metrics.json").read_text())
-    config = json.loads((run / "provenance.json").read_text())["config"]
-    key = metrics.get("stages", {}).get("load_data", {}).get("key")
-    entry = Path(config["cache_dir"]) / "load_data" / str(key)
-    if not key or not entry.is_dir():
-        raise FileNotFoundError(f"{run}: its parsed dataset (load_data {key}) is not in {config['cache_dir']}; "
-                                "rerun the cell (it is rebuilt in seconds) or point cache_dir at the cache it used")
-    return list(read_dataset(entry).queries)
-
-
 def write_cases(a: Path, b: Path, out: Path, name: str, top: int = 5) -> list[Path]:
     """``<out>/<name>.md`` and ``.tex``: the top cases of each kind."""
-    queries = run_queries(a)
+    queries = list(run_dataset(a).queries)
     ranked_a = {qid: r.ids for qid, r in read_rankings(a / "rankings.jsonl").items()}
     ranked_b = {qid: r.ids for qid, r in read_rankings(b / "rankings.jsonl").items()}
     cases = find_cases(queries, ranked_a, ranked_b)
@@ -102,7 +89,7 @@ def write_cases(a: Path, b: Path, out: Path, name: str, top: int = 5) -> list[Pa
     notes = []
     for side, run in (("A", a), ("B", b)):
         choices = json.loads((run / "metrics.json").read_text())["choices"]
-        notes.append(f"{side}: {run} (" + ", ".join(f"{k}={choices[k]}" for k in shown if k in choices) + ")")
+        notes.append(f"{side}: {shown_path(run)} (" + ", ".join(f"{k}={choices[k]}" for k in shown if k in choices) + ")")
     md, tex = [f"# Cases: {name}", ""], []
     for kind in KINDS:
         title = f"{TITLES[kind]} ({len(cases[kind])} queries; top {min(top, len(cases[kind]))})"
@@ -120,22 +107,24 @@ def case_pairs(runs: pd.DataFrame) -> list[tuple[str, str, str]]:
     text: each encoder against the encoder table's reference (``minilm``: trained vs base), and each
     top-20 pipeline against its encoder alone."""
     done = usable(runs) if len(runs) else runs
+    done = done[unsynthesised(done)] if len(done) else done
     if not len(done):
         return []
     easy = done[(done["tier"] == "easy") & (done["fields"] == "all")]
     alone = easy[easy["reranker"] == "none"]
-    pairs = []
+    pairs: dict[str, tuple[str, str]] = {}  # a system run by several sweeps: its latest run, as the tables take
     reference = alone[alone["encoder"] == "minilm"]
     for _, row in alone[alone["encoder"] != "minilm"].iterrows():
-        base = reference[reference["data"] == row["data"]]
+        base = reference[(reference["data"] == row["data"]) & (reference["fn_filter"] == row["fn_filter"])]
         if len(base):
-            pairs.append((f"encoder_results-{row['encoder']}-vs-minilm", base.iloc[0]["run"], row["run"]))
+            pairs[f"encoder_results-{row['encoder']}-vs-minilm"] = (base.iloc[-1]["run"], row["run"])
     for _, row in easy[(easy["reranker"] != "none") & (easy["topk"] == "20")].iterrows():
-        base = alone[(alone["encoder"] == row["encoder"]) & (alone["data"] == row["data"])]
+        base = alone[(alone["encoder"] == row["encoder"]) & (alone["data"] == row["data"])
+                     & (alone["fn_filter"] == row["fn_filter"])]
         if len(base):
             system = f"{row['encoder']}+{row['reranker']}" + (f"-{row['loss']}" if row["reranker"] == "trained" else "")
-            pairs.append((f"pipeline_results-{system}-vs-{row['encoder']}", base.iloc[0]["run"], row["run"]))
-    return pairs
+            pairs[f"pipeline_results-{system}-vs-{row['encoder']}"] = (base.iloc[-1]["run"], row["run"])
+    return [(name, a, b) for name, (a, b) in pairs.items()]
 
 
 def main(argv: list[str] | None = None) -> None:

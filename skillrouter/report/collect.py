@@ -8,8 +8,11 @@ from typing import Any
 
 import pandas as pd
 
+from ..data.columnar import read_dataset
+from ..data.types import Dataset
+
 log = logging.getLogger(__name__)
-CHOICE_KEYS = ("data", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed")
+CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed")
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -18,14 +21,21 @@ def find_runs(roots: list[Path]) -> list[Path]:
     return sorted(found, key=str)
 
 
+def shown_path(run_dir: Path, root: Path | None = None) -> str:
+    """A run as reports name it: relative to ``root`` (default: the working directory) when inside it, so a report
+    does not carry the machine's checkout path."""
+    root = Path.cwd() if root is None else root
+    inside = run_dir.resolve().is_relative_to(root.resolve())
+    return str(run_dir.resolve().relative_to(root.resolve())) if inside else str(run_dir)
+
+
 def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     source = run_dir / "metrics.json"
     data = json.loads((source if source.exists() else run_dir / "status.json").read_text())
     status = data.get("status", "unknown")
     if status == "running":
         status = "incomplete"  # a killed or still-running job: never silently dropped
-    inside = root is not None and run_dir.resolve().is_relative_to(root.resolve())
-    row: dict[str, Any] = {"run": str(run_dir.resolve().relative_to(root.resolve())) if inside else str(run_dir), "status": status,
+    row: dict[str, Any] = {"run": shown_path(run_dir, root) if root is not None else str(run_dir), "status": status,
                            "error": data.get("error")}
     row.update({k: str(data.get("choices", {}).get(k)) if k in data.get("choices", {}) else None for k in CHOICE_KEYS})
     row.update(data.get("metrics", {}))
@@ -42,6 +52,9 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
     df = pd.DataFrame(rows).sort_values("run", kind="stable").reset_index(drop=True)
     done = df["status"] == "completed"
     key = df[list(CHOICE_KEYS)].fillna("").astype(str).agg("|".join, axis=1)  # eval is absent from older runs
+    strata = [c for c in df.columns if "=" in c]  # breakdown metrics: a run scored by other strata is not a rerun
+    if strata:
+        key = key + "|" + df[strata].notna().apply(lambda r: ",".join(r.index[r]), axis=1)
     latest = df[done].groupby(key[done]).tail(1).index
     df["superseded"] = done & ~df.index.isin(latest)
     return df
@@ -51,9 +64,38 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "completed") & ~df["superseded"]]
 
 
+def unsynthesised(df: pd.DataFrame) -> pd.Series:
+    """Runs whose data came as it is (``synth=none``, or a run from before ``synth`` existed): the paper tables' and
+    cases' systems; a model trained on generated pairs is another system under the same encoder choice."""
+    return df["synth"].fillna("none").isin(["none", "None"])
+
+
 def per_query(run_root: Path, run: str) -> dict[str, dict[str, float]]:
     return json.loads((run_root / run / "per_query.json").read_text())
 
 
 def recall_curve(run_root: Path, run: str) -> list[float]:
     return json.loads((run_root / run / "metrics.json").read_text()).get("recall_curve", [])
+
+
+def run_config(run: Path) -> dict[str, Any]:
+    """The resolved (secret-scrubbed) config a run was composed from."""
+    return json.loads((run / "provenance.json").read_text())["config"]
+
+
+def run_stage_entry(run: Path, stage: str, kind: str | None = None) -> Path:
+    """The cache entry a run's stage ``stage`` (its name in ``metrics.json``; ``kind``: its cache folder
+    where the two differ) left: analyses read a run's parsed data and trained weights from the cache it
+    used, never by recomputing them."""
+    key = json.loads((run / "metrics.json").read_text()).get("stages", {}).get(stage, {}).get("key")
+    cache = run_config(run)["cache_dir"]
+    entry = Path(cache) / (kind or stage) / str(key)
+    if not key or not entry.is_dir():
+        raise FileNotFoundError(f"{run}: its {stage} stage ({key}) is not in {cache}; rerun the cell (only what is "
+                                "missing is rebuilt) or point cache_dir at the cache it used")
+    return entry
+
+
+def run_dataset(run: Path) -> Dataset:
+    """The parsed dataset (pool and queries with their GT) a run scored, from its ``load_data`` cache entry."""
+    return read_dataset(run_stage_entry(run, "load_data"))

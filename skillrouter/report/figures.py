@@ -42,8 +42,15 @@ def recall_figure(runs: pd.DataFrame, run_root: Path, out_dir: Path) -> list[Pat
             labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "recall_at_k.png", out_dir / "recall_at_k.pdf"]
+    return save_figure(fig, out_dir / "recall_at_k")
+
+
+def save_figure(fig, base: Path) -> list[Path]:
+    """``base``.png and .pdf without timestamps (reruns are byte-identical); closes the figure."""
+    import matplotlib.pyplot as plt
+
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = [base.parent / f"{base.name}.png", base.parent / f"{base.name}.pdf"]
     fig.savefig(paths[0], dpi=150, metadata={"Software": None})
     fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None, "Producer": None})
     plt.close(fig)

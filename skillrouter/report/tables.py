@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .collect import CHOICE_KEYS, per_query, usable
+from .collect import CHOICE_KEYS, per_query, unsynthesised, usable
 from .significance import paired_randomization
 
 ENCODER_ORDER = ("bm25", "minilm", "bge_large", "e5_large", "gte_large", "qwen3_emb_0.6b", "qwen3_emb_8b",
@@ -144,7 +144,8 @@ def sweep_systems(sweep: str) -> dict[str, tuple[str, ...]]:
 def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_significance: bool = False) -> Table:
     all_runs = _with_labels(runs)
     ok = all_runs[all_runs.index.isin(usable(runs).index)]
-    scoped = ok[_matches(ok, spec.select) & _matches(ok, spec.exclude, negate=True) & _matches(ok, sweep_systems(spec.sweep))]
+    scoped = ok[_matches(ok, spec.select) & _matches(ok, spec.exclude, negate=True) & _matches(ok, sweep_systems(spec.sweep))
+                & unsynthesised(ok)]
     if spec.row_specs:
         row_sel = {label: dict(sel) for label, sel in spec.row_specs}
         rows = list(row_sel)
@@ -176,9 +177,13 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
             missing[(row, col)] = (f"run {failed.iloc[-1]['run']} {failed.iloc[-1]['status']}: {failed.iloc[-1]['error']}"
                                    if len(failed) else f"no completed run with {desc} (sweeps/{spec.sweep}.yaml)")
             continue
-        chosen[(row, col)] = hit.iloc[-1]
+        present = hit[[m for m in spec.metrics if m in hit.columns]].notna().sum(axis=1)
+        chosen[(row, col)] = run = hit.loc[present[present == present.max()].index[-1]]  # the latest with the most
         for m in spec.metrics:
-            values.loc[row, (*col, m) if spec.columns else m] = hit.iloc[-1][m]
+            values.loc[row, (*col, m) if spec.columns else m] = run.get(m, np.nan)
+        absent = [m for m in spec.metrics if pd.isna(run.get(m, np.nan))]
+        if absent:  # a stratum no query falls in (tied quartile edges) has no metric
+            missing[(row, col)] = f"no {', '.join(absent)} in the run (no query in that stratum)"
     if spec.drop:
         a, b = spec.drop
         for m in spec.metrics:

@@ -84,8 +84,11 @@ class PairScorer(nn.Module):
 
         return json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"]
 
-    def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
-        """Token ids of each pair's yes/no prompt, left-padded.
+    def causal_rows(self, queries: list[str], docs: list[str], offsets: bool = False
+                    ) -> tuple[list[list[int]], list[list[tuple[int, int, int]]]]:
+        """Each pair's yes/no prompt as token ids (unpadded) and, with ``offsets``, for each document token
+        kept in it ``(position in the row, start, end)``: the characters of the document it came from (the
+        field-attention analysis reads which field each input position belongs to).
 
         ``qwen3``: prefix + ``<Instruct>/<Query>/<Document>`` + suffix, fit to ``max_length`` by cutting
         the document; the instruction+query head is cut (from its end) only where it would leave the
@@ -101,18 +104,34 @@ class PairScorer(nn.Module):
 
         prefix, suffix = ids([QWEN3_PREFIX])[0], ids([QWEN3_SUFFIX])[0]
         budget = self.spec.max_length - len(prefix) - len(suffix)
+        rows: list[list[int]] = []
+        spans: list[list[tuple[int, int, int]]] = []
         if self.spec.prompt_format in RELEASE_FORMATS:
             sep = RELEASE_FORMATS[self.spec.prompt_format]
             texts = [f"<Instruct>: {self.spec.instruction}{sep}<Query>: {q}{sep}{d}" for q, d in zip(queries, docs)]
-            rows = [prefix + t + suffix for t in tok(texts, padding=False, truncation=True, max_length=budget,
-                                                     return_attention_mask=False)["input_ids"]]
+            enc = tok(texts, padding=False, truncation=True, max_length=budget, return_attention_mask=False,
+                      return_offsets_mapping=offsets)
+            for i, row in enumerate(enc["input_ids"]):
+                rows.append(prefix + row + suffix)
+                if offsets:
+                    start = len(texts[i]) - len(docs[i])
+                    spans.append([(len(prefix) + j, a - start, b - start)
+                                  for j, (a, b) in enumerate(enc["offset_mapping"][i]) if a >= start and b > a])
         else:
             heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
-            rows = []
-            for head, doc in zip(heads, ids(docs)):
+            enc = tok(docs, add_special_tokens=False, return_offsets_mapping=offsets)
+            for i, (head, doc) in enumerate(zip(heads, enc["input_ids"])):
                 head = head[: budget - min(len(doc), budget // 4)]
-                rows.append(prefix + head + doc[: budget - len(head)] + suffix)
-        return tok.pad({"input_ids": rows}, padding=True, return_tensors="pt")
+                kept = budget - len(head)
+                rows.append(prefix + head + doc[:kept] + suffix)
+                if offsets:
+                    spans.append([(len(prefix) + len(head) + j, a, b)
+                                  for j, (a, b) in enumerate(enc["offset_mapping"][i][:kept]) if b > a])
+        return rows, spans
+
+    def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
+        """Token ids of each pair's yes/no prompt (:meth:`causal_rows`), left-padded."""
+        return self.tokenizer.pad({"input_ids": self.causal_rows(queries, docs)[0]}, padding=True, return_tensors="pt")
 
     def forward(self, queries: list[str], docs: list[str]) -> Tensor:
         """``[N]`` scores for N pairs."""

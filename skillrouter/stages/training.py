@@ -96,7 +96,7 @@ def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
     query = TextSpec.from_dict(p["query_text"])
     renamed = [TrainExample(query.query(ex.query), ex.positives, ex.skip) for ex in examples]
-    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
+    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"), show_progress=ctx.progress)
     losses = data_parallel.run(train_encoder_losses, (EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx),
                                                       EncoderLoss(**p["loss"]), train, ctx.work, ctx.out / "model"),
                                data_parallel.processes())
@@ -119,15 +119,16 @@ def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, t
 
 
 def _keyed(train: TrainConfig) -> dict[str, Any]:
-    """What a training's key reads of its config: everything but how a step is split into forward passes."""
-    return {k: v for k, v in asdict(train).items() if k != "mini_batch"}
+    """What a training's key reads of its config: everything but how a step is split into forward passes
+    and how its progress is shown."""
+    return {k: v for k, v in asdict(train).items() if k not in ("mini_batch", "show_progress")}
 
 
 def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
     p = ctx.params
     examples = read_examples(ctx.input("pairs"))
     lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
-    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"))
+    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"), show_progress=ctx.progress)
     losses = data_parallel.run(train_reranker_losses, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
                                                        train, ctx.work, ctx.out / "model"), data_parallel.processes())
     return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}

@@ -52,7 +52,9 @@ class TrackingSettings:
     def init(self, directory: Path, job_type: str, name: str, config: dict[str, Any], run_id: str | None = None,
              tags: list[str] | None = None) -> Any:
         """A new W&B run writing under ``directory`` (offline: ``directory/wandb/offline-run-*``); a given
-        ``run_id`` resumes that run (a requeued stage continues its curve). Several may be open at once."""
+        ``run_id`` resumes that run (a requeued stage continues its curve). Several may be open at once. The
+        waits for W&B's service are generous: on a loaded node (a login node, CI beside SLURM jobs) its start
+        can pass W&B's defaults (30 s, 90 s), and a run given up on is a stage with no curve."""
         import wandb
 
         directory.mkdir(parents=True, exist_ok=True)
@@ -63,6 +65,6 @@ class TrackingSettings:
                 return wandb.init(project=self.project, entity=self.entity, mode=self.mode, group=self.group,
                                   job_type=job_type, name=name, id=run_id, resume="allow" if run_id else None,
                                   dir=str(directory), tags=tags, config=scrub(config), reinit="create_new",
-                                  settings=wandb.Settings(silent=True))
+                                  settings=wandb.Settings(silent=True, init_timeout=300, x_service_wait=120))
             finally:
                 sys.argv = argv

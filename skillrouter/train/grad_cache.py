@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
-from sentence_transformers.sentence_transformer.losses.cached_multiple_negatives_ranking import RandContext
 from torch import Tensor
 
 from .data_parallel import gather, rank_world, share
@@ -41,6 +40,9 @@ def cached_backward(forward: Callable[[Sequence[Any]], Tensor], items: Sequence[
     if not mine:
         raise ValueError(f"a batch of {len(items)} items cannot be shared by every training process")
     chunks = [mine[i: i + mini_batch] for i in range(0, len(mine), mini_batch)]
+    # sentence-transformers costs ~4 s to import: only a training pays it, not every job that imports the stages
+    from sentence_transformers.sentence_transformer.losses.cached_multiple_negatives_ranking import RandContext
+
     anchor = torch.empty(0, device=device)  # names the device whose RNG the replay restores
     states, reps = [], []
     with torch.no_grad():

@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from ..progress import progress
 from ..tracking import live
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
 
@@ -46,6 +46,7 @@ class TrainConfig:
     lora_dropout: float = 0.0
     checkpoint_every: int = 20
     mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
+    show_progress: bool = True     # a bar on a terminal, log lines off one (progress.py); not what it computes
 
 
 def set_seed(seed: int) -> None:
@@ -147,8 +148,8 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         module.gradient_checkpointing_enable()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
     module.train()
-    bar = tqdm(range(start, len(steps)), initial=start, total=len(steps), desc=desc, leave=False, disable=not is_main())
-    for step in bar:
+    bar = progress(len(steps), desc, "steps", cfg.show_progress and is_main(), initial=start)
+    for step in range(start, len(steps)):
         t0 = time.perf_counter()
         with autocast:
             loss = compute_loss(steps[step])
@@ -162,6 +163,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         optimizer.zero_grad(set_to_none=True)
         losses.append(round(float(loss.detach()), 6))
         bar.set_postfix(loss=losses[-1])
+        bar.update()
         if is_main():
             figures = {"train/loss": losses[-1], **{f"train/{k}": v for k, v in terms().items()}, "train/lr": lr,
                        "train/grad_norm": grad_norm, "train/examples_per_s": len(steps[step]) / (time.perf_counter() - t0),
@@ -172,5 +174,6 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
             live.log_step(figures, step + 1)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps):
             _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history)
+    bar.close()
     module.eval()
     return losses

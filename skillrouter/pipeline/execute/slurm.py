@@ -37,7 +37,7 @@ from .build import Builder
 from .slurm_jobs import job_state
 
 log = logging.getLogger(__name__)
-RESOURCE_KEYS = ("gpus", "cpus", "mem_gb", "timeout_min", "partition")
+RESOURCE_KEYS = ("gpus", "cpus", "mem_gb", "timeout_min", "partition", "nodes", "tasks_per_node")
 SCORE_KIND, CELL_KIND = "score", "cell"  # the job kinds of a cell: its scoring (stage dispatch), its whole graph (cell)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
@@ -161,7 +161,8 @@ def submitit_parameters(base: Mapping[str, Any], res: Mapping[str, Any], name: s
         "name": name, "timeout_min": res.get("timeout_min") or base.get("timeout_min"),
         "cpus_per_task": res.get("cpus") or base.get("cpus_per_task"), "gpus_per_node": res.get("gpus"),
         "mem_gb": res.get("mem_gb") if res.get("mem_gb") is not None else base.get("mem_gb"),
-        "tasks_per_node": base.get("tasks_per_node", 1), "nodes": base.get("nodes", 1),
+        "tasks_per_node": res.get("tasks_per_node") or base.get("tasks_per_node", 1),
+        "nodes": res.get("nodes") or base.get("nodes", 1),
         "stderr_to_stdout": base.get("stderr_to_stdout", False),
         "slurm_partition": res.get("partition") or base.get("partition"),
         "slurm_additional_parameters": extra, "slurm_array_parallelism": base.get("array_parallelism", 256),
@@ -201,6 +202,18 @@ class StageJob:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout, force=True)
         respect_cpu_allocation()
         quiet_library_bars()
+        from ...train import data_parallel  # torch: only inside the job
+
+        if data_parallel.JobTasks.from_slurm().count > 1:  # nodes / tasks_per_node: every task is a training rank
+            folder = data_parallel.handoff_folder(self.sweep_dir)
+            if data_parallel.JobTasks.from_slurm().index > 0:
+                data_parallel.follow(folder)
+                return {}
+            with data_parallel.leading(folder):
+                return self._build(unit)
+        return self._build(unit)
+
+    def _build(self, unit: Unit) -> dict[str, str]:
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID", "") and f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
         builder = Builder(StageCache(self.cache_dir, self.stale_after, self.verify_after_days), StageJournal(self.sweep_dir),
                           self.progress, user=self.sweep_dir, job_id=job_id or os.environ.get("SLURM_JOB_ID"),

@@ -1,0 +1,101 @@
+"""The efficiency comparison in the papers' form ("13x fewer parameters, 5.8x faster"): one row per pipeline
+preset measured by ``benchmarks/serving_latency.py``, with its parameters, per-query latency and peak
+memory, and each row's ratios against a reference row.
+
+    python -m skillrouter.report.efficiency [--perf reports/perf] [--reference NAME] [--out reports]
+
+Rows: every ``serving_latency*.json`` under ``--perf`` (one per ``--name`` the benchmark ran with). Ratios
+are reference / row, so a row with fewer parameters or lower latency than the reference reads ``> 1x``
+("k times fewer", "k times faster"); the default reference is the row with the most parameters (the
+large baseline a compact pipeline is compared against). Peak memory is the GPU's where the benchmark ran
+on one, else the process's resident set. Rows measured on different devices are not comparable: the
+device is a column.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..data.jsonl import atomic_write_text
+from .render import plain_to_latex, plain_to_markdown
+
+PATTERN = "serving_latency*.json"
+TITLE = "Efficiency: parameters, per-query latency and peak memory"
+
+
+def read_runs(perf: Path) -> list[dict]:
+    """The serving-latency figures that carry parameter counts (older files without them are skipped)."""
+    runs = []
+    for path in sorted(perf.glob(PATTERN)):
+        payload = json.loads(path.read_text())
+        figures = payload["figures"]
+        if "parameters" in figures:
+            runs.append({"row": payload["benchmark"].removeprefix("serving_latency").lstrip("_") or "default",
+                         "command": payload["command"], **figures})
+    return runs
+
+
+def _millions(n: int) -> float:
+    return round(n / 1e6, 1)
+
+
+def efficiency_table(runs: list[dict], reference: str | None = None) -> tuple[pd.DataFrame, str | None]:
+    """The table and the reference row's name (None when there are no rows)."""
+    if not runs:
+        return pd.DataFrame(), None
+    total = {r["row"]: r["parameters"]["encoder"] + r["parameters"]["reranker"] for r in runs}
+    reference = reference or max(total, key=lambda k: (total[k], k))
+    if reference not in total:
+        raise ValueError(f"--reference {reference!r} is not a measured row; rows: {sorted(total)}")
+    ref = next(r for r in runs if r["row"] == reference)
+    rows = []
+    for r in runs:
+        reranker = r["reranker"] if r["rerank_topk"] else "none"
+        memory = r.get("peak_gpu_mb", r["peak_rss_mb"])
+        rows.append({"pipeline": r["row"], "encoder": r["encoder"], "reranker": reranker, "device": r["device"],
+                     "encoder params (M)": _millions(r["parameters"]["encoder"]),
+                     "reranker params (M)": _millions(r["parameters"]["reranker"]),
+                     "total params (M)": _millions(total[r["row"]]),
+                     "p50 latency (ms)": r["total_ms"]["p50"], "p95 latency (ms)": r["total_ms"]["p95"],
+                     "peak memory (MB)": memory,
+                     "fewer params (x)": round(total[reference] / total[r["row"]], 1) if total[r["row"]] else None,
+                     "faster at p50 (x)": round(ref["total_ms"]["p50"] / r["total_ms"]["p50"], 1)})
+    return pd.DataFrame(rows), reference
+
+
+def write_efficiency(perf: Path, out: Path, reference: str | None = None) -> list[Path]:
+    """``<out>/efficiency.md`` and ``.tex`` (a note saying how to make rows when none is measured)."""
+    runs = read_runs(perf)
+    table, ref = efficiency_table(runs, reference)
+    if ref is None:
+        notes = [f"No {PATTERN} with parameter counts in {perf.name}/: run benchmarks/serving_latency.py --name NAME "
+                 "once per pipeline preset."]
+        table = pd.DataFrame({"pipeline": []})
+    else:
+        ref_row = next(r for r in runs if r["row"] == ref)
+        notes = [f"Ratios against {ref}: reference / row (parameters; p50 latency of the whole query: encode, search, "
+                 f"rerank top-{ref_row['rerank_topk']}). Peak memory: GPU allocated on cuda, process RSS on cpu.",
+                 *[f"{r['row']}: `{r['command']}` ({r['pool_skills']} skills, {r['queries']} queries, "
+                   f"{r['torch_threads']} threads)" for r in runs]]
+    md, tex = out / "efficiency.md", out / "efficiency.tex"
+    atomic_write_text(md, plain_to_markdown(table, TITLE, notes))
+    atomic_write_text(tex, plain_to_latex(table, "efficiency", TITLE, notes))
+    return [md, tex]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m skillrouter.report.efficiency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--perf", type=Path, default=Path("reports/perf"))
+    parser.add_argument("--reference", default=None, help="the row the ratios compare against (default: most parameters)")
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    args = parser.parse_args(argv)
+    for path in write_efficiency(args.perf, args.out, args.reference):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
