@@ -124,7 +124,13 @@ EOF
   chmod +x "$DIR/bin/sacct"
 }
 
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A pid file's process is running and is that daemon: after a machine restart an old pid can belong to any process.
+running() {
+  [ -f "$1" ] || return 1
+  local pid
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$1" .pid)" ]
+}
 
 up() {
   install_packages
