@@ -91,11 +91,11 @@ def decision_attention(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
     """``[layers, positions]``: the last position's attention at each layer, averaged over heads."""
     with torch.no_grad():
         inputs = torch.tensor([ids], device=model.device)
-        attentions = model(input_ids=inputs, output_attentions=True).attentions
+        attentions = model(input_ids=inputs, output_attentions=True, logits_to_keep=1).attentions
         if not attentions:  # SDPA / flash kernels compute no attention matrix
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
             base.set_attn_implementation("eager")
-            attentions = model(input_ids=inputs, output_attentions=True).attentions
+            attentions = model(input_ids=inputs, output_attentions=True, logits_to_keep=1).attentions
     return torch.stack([a[0, :, -1, :].float().mean(0) for a in attentions]).cpu().numpy()
 
 

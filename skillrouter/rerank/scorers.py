@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,6 +19,7 @@ from torch import Tensor, nn
 
 from ..data.loaders import R3_SEPARATOR
 from ..models import device, resolve_model
+from .spec import RerankerSpec
 
 QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
                 "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n")
@@ -27,18 +27,6 @@ QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 RELEASE_FORMATS = {"flat-full": "\n\n", "flat-nd": "\n\n", "struct": "\n\n", "skillret": "\n"}  # prompt lines' separator
-
-
-@dataclass(frozen=True)
-class RerankerSpec:
-    model: str
-    head: str = "seq_cls"  # seq_cls | causal_lm | st_cross_encoder
-    max_length: int = 256
-    instruction: str = "Given a task, judge whether this agent skill helps complete it"
-    batch_size: int = 32
-    prompt_format: str = "qwen3"  # qwen3 | flat-full | flat-nd | struct | r3 | skillret (see skillrouter.fields)
-    body_max_tokens: int = 4096   # st_cross_encoder: body segment cut (R3)
-    trust_remote_code: bool = False
 
 
 class PairScorer(nn.Module):
@@ -140,7 +128,7 @@ class PairScorer(nn.Module):
                                  padding=True, return_tensors="pt").to(self.model.device)
             return self.model(**enc).logits[:, 0]
         enc = self._causal_inputs(queries, docs).to(self.model.device)
-        logits = self.model(**enc).logits[:, -1, :]
+        logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]  # the LM head at the last position only
         return logits[:, self.yes_id] - logits[:, self.no_id]
 
     @torch.no_grad()
