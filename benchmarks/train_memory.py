@@ -49,9 +49,9 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out:
 
     from skillrouter.fields import Caps, render_pool
     from skillrouter.retrieval.dense import EncoderSpec
-    from skillrouter.rerank.scorers import RerankerSpec
-    from skillrouter.train.encoder import EncoderLoss, train_encoder
-    from skillrouter.train.loop import TrainConfig
+    from skillrouter.rerank.spec import RerankerSpec
+    from skillrouter.train.config import EncoderLoss, TrainConfig
+    from skillrouter.train.encoder import train_encoder
     from skillrouter.train.pairs import TrainExample
     from skillrouter.train.reranker import CandidateList, train_reranker
 

@@ -20,14 +20,17 @@ def resolve_model(spec: str) -> str:
 
 def respect_cpu_allocation() -> None:
     """Use as many CPU threads as SLURM allocated (``SLURM_CPUS_PER_TASK``), not every core of the node:
-    without cgroups nothing else stops two 1-CPU jobs from each spreading over the whole node."""
+    without cgroups nothing else stops two 1-CPU jobs from each spreading over the whole node. Said through
+    the environment, which torch reads when it loads: a job that never needs torch (BM25, mining, scoring)
+    does not load it for this."""
     import os
+    import sys
 
     cpus = os.environ.get("SLURM_CPUS_PER_TASK")
     if cpus and cpus.isdigit():
-        import torch
-
-        torch.set_num_threads(int(cpus))
+        os.environ.update(OMP_NUM_THREADS=cpus, MKL_NUM_THREADS=cpus)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(cpus))
 
 
 def device() -> str:

@@ -13,7 +13,8 @@ from skillrouter.fields import Caps, TextSpec
 from skillrouter.models import build_tiny_qwen3
 from skillrouter.report.attention import (FIELDS, PairAttention, analyse, field_shares, field_spans, layer_rows,
                                           rendered_fields, summarise, token_fields, write_attention)
-from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.rerank.scorers import PairScorer
+from skillrouter.rerank.spec import RerankerSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = Skill("a", "csv-cleaner", "  Clean CSV files quickly.  ", "Remove duplicate rows from csv files and fix their headers.")

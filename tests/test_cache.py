@@ -5,6 +5,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from skillrouter.cache.integrity import MANIFEST
 from skillrouter.cache.locks import FileLock
 from skillrouter.cache.store import StageCache, code_fingerprint, stage_key
@@ -98,10 +100,12 @@ def test_stale_lock_is_taken_over(tmp_path):
 
 
 def test_key_changes_with_the_stage_source():
-    import skillrouter.data.builtin as builtin
-    import skillrouter.fields as fields
-    assert code_fingerprint([builtin]) != code_fingerprint([fields])
-    assert code_fingerprint([builtin]) == code_fingerprint([builtin])
+    """Modules are named, not imported (test_graph: planning loads no torch); a name that is no module
+    fails where the stage is declared."""
+    assert code_fingerprint(["skillrouter.data.builtin"]) != code_fingerprint(["skillrouter.fields"])
+    assert code_fingerprint(["skillrouter.data.builtin"]) == code_fingerprint(["skillrouter.data.builtin"])
+    with pytest.raises(ModuleNotFoundError, match="skillrouter.no_such_module"):
+        code_fingerprint(["skillrouter.no_such_module"])
 
 
 def test_a_resumable_build_keeps_its_work_until_it_publishes(tmp_path):

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from skillrouter.models import build_tiny_qwen3
-from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.rerank.scorers import PairScorer
+from skillrouter.rerank.spec import RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, load_encoder
 from skillrouter.tracking import live
 from skillrouter.train import data_parallel
-from skillrouter.train.encoder import EncoderLoss, train_encoder_losses
-from skillrouter.train.loop import TrainConfig
+from skillrouter.train.config import EncoderLoss, TrainConfig
+from skillrouter.train.encoder import train_encoder_losses
 from skillrouter.train.pairs import TrainExample
 from skillrouter.train.reranker import build_lists, train_reranker_losses
 

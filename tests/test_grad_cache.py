@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from skillrouter.models import build_tiny_qwen3
-from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.rerank.scorers import PairScorer
+from skillrouter.rerank.spec import RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, load_encoder
-from skillrouter.train.encoder import EncoderLoss, _embed, train_encoder
+from skillrouter.train.config import EncoderLoss, TrainConfig
+from skillrouter.train.encoder import _embed, train_encoder
 from skillrouter.train.grad_cache import cached_backward
-from skillrouter.train.loop import TrainConfig
 from skillrouter.train.losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from skillrouter.train.pairs import TrainExample
 from skillrouter.train.reranker import build_lists, list_batch, make_loss, train_reranker

@@ -12,7 +12,7 @@ from skillrouter.cache.store import StageCache
 from skillrouter.pipeline.compose import compose_cell
 from skillrouter.pipeline.execute.build import Builder
 from skillrouter.pipeline.execute.local import LocalExecutor
-from skillrouter.pipeline.execute.slurm import plan_units
+from skillrouter.pipeline.execute.slurm import plan_units, scoring_groups
 from skillrouter.pipeline.journal import StageJournal
 from skillrouter.pipeline.plan import noop_refusal, plan_grid, render
 from skillrouter.stages.graph import walk
@@ -146,6 +146,21 @@ def test_job_units_keep_cpu_stages_off_gpus_and_group_what_follows_in_one_job(ce
     assert {s.key for u in units for s in u.stages} <= every  # cheap CPU stages run inside the jobs that read them
 
 
+def test_the_cells_of_each_reranker_are_scored_after_its_own_jobs_only(cells):
+    """Stage dispatch scores the cells in one array per set of stage jobs they wait for: the user's grid
+    makes two, the cells of one loss each, neither waiting for the other loss's reranker."""
+    units, graphs = _units(cells)
+    job_ids = {s.key: f"job{i}" for i, u in enumerate(units) for s in u.stages}
+    reranker_job = {job_ids[u.primary.key]: u.primary.params["loss"]["name"] for u in units if u.primary.kind == "train_reranker"}
+    groups = scoring_groups([*graphs, 99], graphs, job_ids)  # 99: a cell that failed to compose
+    assert groups.pop(()) == [99]
+    assert sorted(groups.values()) == [[0, 1, 2], [3, 4, 5]]
+    for deps, group in groups.items():
+        (mine,) = set(deps) & set(reranker_job)
+        assert {USER_GRID[i][0] for i in group} == {f"loss={reranker_job[mine]}"}
+        assert set(deps) == {job_ids[s.key] for s in graphs[group[0]].stages() if s.key in job_ids}
+
+
 def test_stages_that_could_run_side_by_side_are_not_grouped(cells):
     units, _ = _units(cells, ("easy", "hard"))  # two pools to embed and to score per trained model
     primaries = sorted(u.primary.kind for u in units)
@@ -184,11 +199,12 @@ def test_two_jobs_building_one_cheap_stage_leave_it_built(cells, tmp_path):
 
 def test_planning_and_a_stage_job_start_without_the_training_libraries():
     """The launcher plans, and every SLURM stage job unpickles its work, by importing the stage graph; the
-    libraries only a build needs (sentence-transformers alone costs ~4 s) load when that build runs."""
+    libraries only a build needs (torch ~3 s, sentence-transformers ~4 s more) load when that build runs, so
+    a BM25, mining or scoring job never loads them."""
     import subprocess
     import sys
 
-    heavy = ("sentence_transformers", "transformers", "peft", "sklearn", "faiss", "bm25s", "wandb")
+    heavy = ("torch", "sentence_transformers", "transformers", "peft", "sklearn", "faiss", "bm25s", "wandb")
     code = ("import sys, skillrouter.pipeline.plan, skillrouter.pipeline.execute.slurm; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

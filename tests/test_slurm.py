@@ -23,8 +23,7 @@ CLUSTER = ["bash", str(ROOT / "scripts" / "slurm_cluster.sh")]
 def slurm_env():
     """Bring the cluster up (idempotent) and return its environment; stop it afterwards if this
     fixture started it. Outside CI a machine that cannot run it skips; in CI it must work. The tests own
-    the cluster: jobs already queued on a running one (a killed earlier run's) are cancelled first, since
-    they would hold its slots and GPUs and be counted as this run's."""
+    the cluster: see ``_own_cluster``."""
     was_up = subprocess.run(["sinfo"], capture_output=True).returncode == 0 if shutil.which("sinfo") else False
     proc = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -35,10 +34,19 @@ def slurm_env():
     for line in proc.stdout.splitlines():
         key, value = line.removeprefix("export ").split("=", 1)
         env[key] = value.replace("$PATH", os.environ["PATH"])
-    _cancel_all_jobs(env)
     yield env
     if not was_up:
         subprocess.run([*CLUSTER, "down"], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_cluster(slurm_env):
+    """Each test starts on a node in service with an empty queue, and leaves it so: the jobs of a test
+    that failed midway (its launcher killed by a timeout, its node left drained) would otherwise hold the
+    slots and GPUs of every test after it."""
+    _reset(slurm_env)
+    yield
+    _reset(slurm_env)
 
 
 def launch(env, sweep: Path, cache: Path, *overrides: str, slurm: bool | list[str] = True, wait: bool = True):
@@ -95,13 +103,16 @@ def _queued(env) -> list[str]:
     return out.split()
 
 
-def _cancel_all_jobs(env) -> None:
+def _reset(env) -> None:
+    """Cancel every job not yet over and put the node back in service."""
     left = _queued(env)
     if left:
         subprocess.run(["scancel", "--full", *left], env=env, capture_output=True)
         deadline = time.time() + 60
         while _queued(env) and time.time() < deadline:
             time.sleep(0.5)
+    if _node_state(env) not in ("idle", "mixed", "allocated", "completing"):
+        subprocess.run(["scontrol", "update", f"nodename={_sinfo_node(env)}", "state=resume"], env=env, capture_output=True)
 
 
 def test_a_cold_start_drops_the_jobs_of_a_cluster_that_died(slurm_env, tmp_path):
@@ -281,7 +292,7 @@ USER_GRID = ("encoder=trained", "reranker=trained", "loss=listwise,pointwise", "
 def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages_hold_gpus(slurm_env, tmp_path):
     """The user's grid dispatched stage by stage: the metrics of a local run and of cell-level dispatch;
     each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a
-    CPU array job; a W&B offline run per cell; the rerun submits no stage at all."""
+    CPU array job per reranker; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
     local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False, wait=False)  # beside the cluster's
     by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")
@@ -296,7 +307,7 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     assert journal and all(r["state"] == "built" for r in journal)
     units = {r["job_id"]: r["resource"] for r in journal if not r["cheap"]}  # cheap stages run inside others' jobs
     jobs = _grid_jobs(slurm_env, tmp_path / "stage")
-    assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 1  # 6 cells, 8 a task
+    assert set(units) < set(jobs) and sum(j["JobName"] == "sr-score" for j in jobs.values()) == 2  # one per reranker
     for job_id, job in jobs.items():  # a GPU is held by the jobs of GPU-class stages, and by no other
         assert ("gres:gpu" in job.get("TresPerNode", "")) == (units.get(job_id) == "gpu"), (job_id, job["JobName"])
     by_cell = launch(env, tmp_path / "cell", tmp_path / "c3", *USER_GRID, "dispatch=cell")

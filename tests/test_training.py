@@ -19,12 +19,13 @@ from skillrouter.models import build_tiny_qwen3
 from skillrouter.rankings import Ranking
 from skillrouter.rerank.llm_judge import JudgeSpec, LLMJudge
 from skillrouter.rerank.reorder import rerank_top_k
-from skillrouter.rerank.scorers import PairScorer, RerankerSpec
+from skillrouter.rerank.scorers import PairScorer
+from skillrouter.rerank.spec import RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.retrieval.index import exact_top_k
 from skillrouter.stages.retrieval import train_queries
-from skillrouter.train.encoder import EncoderLoss, train_encoder
-from skillrouter.train.loop import TrainConfig
+from skillrouter.train.config import EncoderLoss, TrainConfig
+from skillrouter.train.encoder import train_encoder
 from skillrouter.train.pairs import load_pairs
 from skillrouter.train.reranker import build_lists, train_reranker
 

@@ -13,7 +13,8 @@ from skillrouter.cache.store import StageCache
 from skillrouter.pipeline.execute.build import Builder
 from skillrouter.stages.graph import BuildContext, Stage
 from skillrouter.tracking.settings import TrackingSettings
-from skillrouter.train.loop import TrainConfig, train
+from skillrouter.train.config import TrainConfig
+from skillrouter.train.loop import train
 
 STEPS, BATCH = 8, 2  # 16 items, batch 2, checkpoint every 2 steps
 

@@ -5,9 +5,10 @@ nothing), the grid planned, and then, by ``dispatch``:
 
 * ``stage`` (the default): each unique stage to build is submitted once, with the resources of its
   class (``resources.gpu|cpu|llm``, per kind ``resources.kinds.<kind>``) and ``afterok`` on the jobs
-  building its inputs, siblings as job arrays (:mod:`skillrouter.pipeline.execute.slurm`); then one
-  small CPU array job scores the cells (``afterany``: a cell whose stage failed is scored as failed,
-  naming the stage). Cached stages submit nothing;
+  building its inputs, siblings as job arrays (:mod:`skillrouter.pipeline.execute.slurm`); the cells
+  are scored by small CPU array jobs, one per set of stage jobs the cells wait for, each as soon as
+  those end (``afterany``: a cell whose stage failed is scored as failed, naming the stage). Cached
+  stages submit nothing;
 * ``cell``: one job per cell, each building its own graph (stages shared with other cells are built
   once, under a lock, while the others wait) — how grids ran before, kept for comparison.
 
@@ -201,7 +202,7 @@ class SlurmGridLauncher(SlurmLauncher):
 
         from skillrouter.pipeline.cell import GridRun
         from skillrouter.pipeline.execute.slurm import (SCORE_KIND, SlurmStageDispatch, StageJob, make_executor,
-                                                        plan_units, reconcile, same_resources, wait_all)
+                                                        plan_units, reconcile, same_resources, scoring_groups, wait_all)
         from skillrouter.pipeline.journal import StageJournal
         from skillrouter.tracking.settings import TrackingSettings
 
@@ -225,14 +226,17 @@ class SlurmGridLauncher(SlurmLauncher):
                 journal.note(stage, job_id=str(submitted.jobs[i].job_id))
         self.grid_run = GridRun(str(sweep_dir), "stage", grid.graphs, grid.plan.built_for(), submitted.job_ids(),
                                 submitted.job_logs())
-        dependency = "afterany:" + ":".join(str(j.job_id) for j in stage_jobs) if stage_jobs else None
-        cells, size = list(grid.configs), max(1, int(self.params.get("score_cells_per_job") or 1))
-        chunks = [cells[i:i + size] for i in range(0, len(cells), size)]
-        executor = make_executor(params["submitit_folder"], params, self._classes(), SCORE_KIND, "cpu", dependency)
-        try:
-            scoring = executor.map_array(self.score_cells, chunks, [Singleton.get_state()] * len(chunks))
-        except submitit.core.utils.FailedJobError as exc:
-            self._refused("the cells' scoring job", exc, "cpu", stage_jobs)
+        size = max(1, int(self.params.get("score_cells_per_job") or 1))
+        chunks, scoring = [], []
+        for deps, cells in scoring_groups(grid.configs, grid.graphs, submitted.job_ids()).items():
+            dependency = "afterany:" + ":".join(deps) if deps else None
+            group = [cells[i:i + size] for i in range(0, len(cells), size)]
+            executor = make_executor(params["submitit_folder"], params, self._classes(), SCORE_KIND, "cpu", dependency)
+            try:
+                scoring += executor.map_array(self.score_cells, group, [Singleton.get_state()] * len(group))
+            except submitit.core.utils.FailedJobError as exc:
+                self._refused("the cells' scoring job", exc, "cpu", stage_jobs + scoring)
+            chunks += group
         if server:
             wait_all([submitted.jobs[i] for i, u in enumerate(units) if u.primary.resource == "llm"])
             server.stop()  # after the last generation stage, not when the grid ends

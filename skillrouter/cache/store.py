@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
+import importlib.util
 import json
 import logging
 import os
@@ -35,7 +35,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
@@ -76,11 +75,15 @@ def _source_hash(module_file: str) -> str:
     return hashlib.sha256(Path(module_file).read_bytes()).hexdigest()
 
 
-def code_fingerprint(modules: Sequence[ModuleType]) -> str:
-    """Hash of the package version and the source files of ``modules``."""
+def code_fingerprint(modules: Sequence[str]) -> str:
+    """Hash of the package version and the source files of ``modules`` (dotted names). The files are found,
+    not imported: planning a grid keys its training stages without loading torch."""
     h = hashlib.sha256(__version__.encode())
-    for module in modules:
-        h.update(_source_hash(inspect.getfile(module)).encode())
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            raise ModuleNotFoundError(f"stage code {name!r}: no such module")
+        h.update(_source_hash(spec.origin).encode())
     return h.hexdigest()[:12]
 
 

@@ -19,7 +19,7 @@ from ..data import DataError, builtin
 from ..data.download import RELEASES, ensure_release
 from ..data.releases import READERS
 from ..fields import Caps, TextSpec
-from ..rerank.scorers import RerankerSpec
+from ..rerank.spec import RerankerSpec
 from ..retrieval.dense import EncoderSpec
 from ..stages.data import builtin_data, builtin_file, load_data, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
@@ -28,8 +28,7 @@ from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_
 from ..stages.synthesis import output, synthesis
 from ..stages.training import encoder_training, mine, reranker_training
 from ..synth.prompts import template
-from ..train.encoder import EncoderLoss
-from ..train.loop import TrainConfig
+from ..train.config import EncoderLoss, TrainConfig
 from ..train.negatives import NegativeCounts
 
 SYNTH_PREFIX = "synth:"

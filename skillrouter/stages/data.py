@@ -29,7 +29,7 @@ def _build_builtin(ctx: BuildContext) -> dict[str, Any]:
 
 def builtin_data(params: Mapping[str, Any]) -> Stage:
     """The built-in synthetic benchmark, generated once per parameter set."""
-    return Stage("builtin_data", _build_builtin, dict(params), cheap=True, code=(builtin,))
+    return Stage("builtin_data", _build_builtin, dict(params), cheap=True, code=(builtin.__name__,))
 
 
 def builtin_file(stage: Stage, name: str) -> StageFile:
@@ -61,7 +61,7 @@ def load_data(data: Mapping[str, Any], tier: str, with_distractors: bool, role: 
               "tier": tier, "distractors": with_distractors, "files": names,
               **({"role": role, "train_pool_format": data.get("train_pool_format") or "auto"} if role == "train" else {})}
     return Stage("load_data", _build_load, params, inputs=inputs, files={"source": FileInput.of(user_files)}, cheap=True, options={"data": plain},
-                 code=(loaders, releases, *releases.MODULES, dataset_module, columnar))
+                 code=(loaders.__name__, releases.__name__, *releases.MODULES, dataset_module.__name__, columnar.__name__))
 
 
 def _build_pairs(ctx: BuildContext) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def train_pairs(pairs: FileRef, base: Stage, on_error: str) -> Stage:
     inputs, files, names, paths = file_inputs({"pairs": pairs})
     return Stage("train_pairs", _build_pairs, {"on_error": on_error, "files": names}, inputs={**inputs, "data": base},
                  files=files, cheap=True, options={"paths": paths},
-                 code=(pairs_module,))
+                 code=(pairs_module.__name__,))
 
 
 def read_examples(entry: Path) -> list[TrainExample]:

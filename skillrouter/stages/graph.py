@@ -18,11 +18,9 @@ build function is a cell's scoring sink: it writes a run directory, not a cache 
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from ..cache.store import StageCache, code_fingerprint, files_fingerprint, stage_key
@@ -71,7 +69,7 @@ class Stage:
     cheap: bool = False
     resumable: bool = False
     version: int = 1
-    code: tuple[ModuleType, ...] = ()
+    code: tuple[str, ...] = ()  # dotted names of the modules whose source defines the artifact (besides build's)
     after: tuple[Stage, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     items: Items | None = None
@@ -82,12 +80,12 @@ class Stage:
             raise ValueError(f"stage kind {self.kind!r} is not declared in skillrouter.stages.kinds")
         if self.resource not in RESOURCES:
             raise ValueError(f"stage {self.kind}: resource must be one of {RESOURCES}, got {self.resource!r}")
-        modules = tuple(self.code) + ((importlib.import_module(self.build.__module__),) if self.build else ())
+        modules = tuple(self.code) + ((self.build.__module__,) if self.build else ())
         identity = {**{role: s.key for role, s in self.inputs.items()},
                     **{f"file:{role}": f.fingerprint for role, f in self.files.items()}}
         key = stage_key(self.kind, self.version, code_fingerprint(modules), json.loads(json.dumps(self.params)), identity)
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "code", ())  # folded into the key; modules do not travel to jobs
+        object.__setattr__(self, "code", ())  # folded into the key
 
     @property
     def reads(self) -> tuple[str, ...]:

@@ -11,16 +11,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..fields import TextSpec
 from ..rankings import Ranking, read_rankings, write_rankings
-from ..rerank import llm_judge as judge_module, reorder as reorder_module, scorers as scorers_module
+from ..rerank import llm_judge as judge_module, reorder as reorder_module
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
 from ..rerank.reorder import rerank_top_k
-from ..rerank.scorers import RerankerSpec, make_scorer
+from ..rerank.spec import RerankerSpec
 from ..progress import progress
 from .data import read_descriptions
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs
 from .retrieval import skill_text
 
 SCORES = "scores.jsonl"
+SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
 
 
 def _texts(ctx: BuildContext, ids: set[str]) -> dict[str, str]:
@@ -54,6 +55,8 @@ def _reorder(ctx: BuildContext, rankings: list[Ranking], k: int, score: Callable
 def _build_scores(ctx: BuildContext) -> dict[str, Any]:
     depth = ctx.params["depth"]
     rankings, qtexts, texts = _heads(ctx, depth)
+    from ..rerank.scorers import make_scorer  # torch: in the job that scores, not in every job that plans
+
     spec = RerankerSpec(**ctx.stage.options["spec"])
     scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
     with progress(len(rankings), f"score top-{depth} pairs", "queries", ctx.progress) as bar, \
@@ -75,7 +78,7 @@ def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, q
               "query_text": asdict(query_text), "files": names}
     return Stage("score_pairs", _build_scores, params,
                  inputs={"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **refs}, files=files, resource="gpu", options={"spec": asdict(spec), "paths": paths},
-                 items=Items("data", "n_queries", "depth"), code=(scorers_module,))
+                 items=Items("data", "n_queries", "depth"), code=(SCORERS,))
 
 
 def _build_reorder(ctx: BuildContext) -> dict[str, Any]:
@@ -92,7 +95,7 @@ def _build_reorder(ctx: BuildContext) -> dict[str, Any]:
 
 def rerank(k: int, scores: Stage, retrieval: Stage) -> Stage:
     """Each query's top ``k`` reordered by the pair scores already computed (a few seconds: cheap)."""
-    return Stage("rerank", _build_reorder, {"k": k}, inputs={"scores": scores, "retrieval": retrieval}, cheap=True, code=(reorder_module,))
+    return Stage("rerank", _build_reorder, {"k": k}, inputs={"scores": scores, "retrieval": retrieval}, cheap=True, code=(reorder_module.__name__,))
 
 
 def _build_judge(ctx: BuildContext) -> dict[str, Any]:
@@ -111,4 +114,4 @@ def judge_rerank(judge: Mapping[str, Any], k: int, text: TextSpec, query_text: T
               "text": skill_text(text), "query_text": asdict(query_text), "files": names}
     endpoint = {"url": judge["url"], "api_key_env": judge["api_key_env"], "timeout": judge["timeout"]}
     return Stage("rerank", _build_judge, params, inputs={"retrieval": retrieval, "data": data, **refs}, files=files, resource="llm", options={"endpoint": endpoint, "paths": paths},
-                 items=Items("data", "n_queries"), code=(reorder_module, judge_module))
+                 items=Items("data", "n_queries"), code=(reorder_module.__name__, judge_module.__name__))

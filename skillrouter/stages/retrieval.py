@@ -87,7 +87,7 @@ def _build_export(ctx: BuildContext) -> dict[str, Any]:
 
 def export_onnx(spec: EncoderSpec, model: Stage | None) -> Stage:
     """An encoder's ONNX Runtime export (``encoder.backend=onnx|onnx-int8``), made once per model."""
-    return Stage("export_onnx", _build_export, _identity(spec), inputs={"model": model} if model else {}, resource="cpu", options={"spec": asdict(spec)}, code=(onnx_backend,))
+    return Stage("export_onnx", _build_export, _identity(spec), inputs={"model": model} if model else {}, resource="cpu", options={"spec": asdict(spec)}, code=(onnx_backend.__name__,))
 
 
 def _model_inputs(model: Stage | None, onnx: Stage | None) -> dict[str, Stage]:
@@ -141,7 +141,7 @@ def embed_pool(spec: EncoderSpec, text: TextSpec, data: Stage, subset: str, orac
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"encoder": _identity(spec), "text": skill_text(text), "subset": subset, "files": names}
     inputs = {"data": data, **refs, **_model_inputs(model, onnx)}
-    common = dict(inputs=inputs, files=files, resource="gpu", code=(dense_module,),
+    common = dict(inputs=inputs, files=files, resource="gpu", code=(dense_module.__name__,),
                   options={"spec": asdict(spec), "paths": paths},
                   items=Items("data", "n_training_pool" if subset == "training" else "n_skills"))
     if shards <= 1:
@@ -204,7 +204,7 @@ def retrieve_dense(spec: EncoderSpec, query_text: TextSpec, pool: Stage, data: S
               "queries": queries, "query_text": asdict(query_text)}
     return Stage("retrieve", _build_dense, params, inputs={"pool": pool, **_query_inputs(queries, data, pairs),
                                                            **_model_inputs(model, onnx)}, resource="gpu", cheap=True, options={"spec": asdict(spec)},
-                 items=_query_items(queries), code=(dense_module, index_module))
+                 items=_query_items(queries), code=(dense_module.__name__, index_module.__name__))
 
 
 def retrieve_bm25(bm25: dict[str, Any], text: TextSpec, query_text: TextSpec, data: Stage, subset: str, k: int,
@@ -214,4 +214,4 @@ def retrieve_bm25(bm25: dict[str, Any], text: TextSpec, query_text: TextSpec, da
     params = {"encoder": bm25, "k": k, "queries": queries, "subset": subset, "text": skill_text(text),
               "query_text": asdict(query_text), "files": names}
     return Stage("retrieve", _build_bm25, params, inputs={**_query_inputs(queries, data, pairs), **refs}, files=files, resource="cpu", options={"paths": paths},
-                 items=_query_items(queries), code=(bm25_module,))
+                 items=_query_items(queries), code=(bm25_module.__name__,))

@@ -29,7 +29,7 @@ OUTPUT = {"gen_queries": "pairs.jsonl", "gen_distractors": "distractors.jsonl", 
           "gen_eval_queries": "queries.jsonl", "dedupe_equivalent": "pool.jsonl", "r3_pairs": "pairs.jsonl",
           "r3_test": "test.jsonl"}
 STAGE_OF = {"gen_eval_queries": "supp", "dedupe_equivalent": "supp", "r3_test": "r3_pairs"}  # two files, one stage
-CODE = (client_module, prompts_module, sr_module, r3_module)
+CODE = tuple(m.__name__ for m in (client_module, prompts_module, sr_module, r3_module))
 NEIGHBOUR_TEXT = Caps(300, 2500)  # the paper's encoder budget: the text the stages' BM25 and clustering read
 LLM_IDENTITY = ("model", "temperature", "seed", "max_tokens")  # what of the LLM defines its output
 LLM_EXECUTION = ("url", "api_key_env", "concurrency", "retries", "timeout", "backoff", "budget")

@@ -12,23 +12,22 @@ import numpy as np
 
 from ..fields import TextSpec
 from ..rankings import read_rankings
-from ..rerank import scorers as scorers_module
-from ..rerank.scorers import RerankerSpec
+from ..rerank.spec import RerankerSpec
 from ..tracking import live
 from ..retrieval.dense import EncoderSpec
-from ..train import data_parallel, encoder as encoder_module, fn_filter as fn_filter_module, loop as loop_module
-from ..train import losses as losses_module, negatives as negatives_module, reranker as reranker_module
-from ..train.encoder import EncoderLoss, train_encoder_losses
+from ..train import fn_filter as fn_filter_module, negatives as negatives_module
+from ..train.config import EncoderLoss, TrainConfig
 from ..train.fn_filter import FalseNegativeFilter
-from ..train.loop import TrainConfig
 from ..train.negatives import NegativeCounts, mine_negatives
 from ..train.pairs import TrainExample
-from ..train.reranker import build_lists, train_reranker_losses
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .reranking import SCORERS
 from .retrieval import skill_text
 
-TRAIN_CODE = (loop_module, losses_module)  # grad_cache / data_parallel: how a step runs, not what it computes
+# The trainers' code keys the trainings; it is named, not imported: torch loads in the job that trains, not in
+# every job (or launcher) that plans. grad_cache / data_parallel: how a step runs, not what it computes.
+TRAIN_CODE = ("skillrouter.train.loop", "skillrouter.train.losses")
 FN_FILTER = "fn_filter.json"
 
 
@@ -73,7 +72,7 @@ def mine(counts: NegativeCounts, fn_filter: Mapping[str, Any], seed: int, data: 
     params = {"negatives": asdict(counts), "fn_filter": dict(fn_filter), "seed": seed}
     return Stage("mine_negatives", _build_mining, params,
                  inputs={"data": data, "pairs": pairs, "semantic": semantic, "lexical": lexical, "pool": base_pool}, resource="cpu", items=Items("pairs", "n_examples"),
-                 code=(negatives_module, fn_filter_module))
+                 code=(negatives_module.__name__, fn_filter_module.__name__))
 
 
 def _skill_texts(ctx: BuildContext) -> dict[str, str]:
@@ -89,6 +88,9 @@ def _curve(ctx: BuildContext, losses: list[float], n: int) -> dict[str, Any]:
 
 
 def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
+    from ..train import data_parallel
+    from ..train.encoder import train_encoder_losses
+
     p = ctx.params
     mined = ctx.manifest("negatives")
     live.log_summary(_mining_figures(mined.get("negatives", {}), mined.get("fn_filter", {})))
@@ -115,7 +117,7 @@ def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, t
                  inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True,
                  options={"paths": paths, "mini_batch": train.mini_batch},
                  items=Items("pairs", "n_examples", "train.epochs"),
-                 code=(*TRAIN_CODE, encoder_module))
+                 code=(*TRAIN_CODE, "skillrouter.train.encoder"))
 
 
 def _keyed(train: TrainConfig) -> dict[str, Any]:
@@ -125,6 +127,9 @@ def _keyed(train: TrainConfig) -> dict[str, Any]:
 
 
 def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
+    from ..train import data_parallel
+    from ..train.reranker import build_lists, train_reranker_losses
+
     p = ctx.params
     examples = read_examples(ctx.input("pairs"))
     lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
@@ -144,5 +149,5 @@ def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainC
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
                  options={"paths": paths, "mini_batch": train.mini_batch}, items=Items("pairs", "n_examples", "train.epochs"),
-                 code=(*TRAIN_CODE, reranker_module, scorers_module))
+                 code=(*TRAIN_CODE, "skillrouter.train.reranker", SCORERS))
 

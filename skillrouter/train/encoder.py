@@ -12,20 +12,10 @@ from ..models import device
 from ..retrieval.dense import EncoderSpec, load_encoder
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
-from .loop import TrainConfig, set_seed, train
+from .config import EncoderLoss, TrainConfig
+from .loop import set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from .pairs import TrainExample
-
-
-@dataclass(frozen=True)
-class EncoderLoss:
-    """``infonce`` (SkillRouter, tau 0.05) or ``multi_infonce`` (R3, tau 1/30, lambda 0.25);
-    ``skip_in_pool`` adds each query's SKIP partners to the candidates (R3's ablation row B)."""
-
-    name: str = "infonce"
-    temperature: float = 0.05
-    sibling_weight: float = 0.25
-    skip_in_pool: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ import random
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,27 +25,10 @@ from torch import Tensor, nn
 
 from ..progress import progress
 from ..tracking import live
+from .config import TrainConfig
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 1
-    batch_size: int = 16
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.05
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    checkpoint_every: int = 20
-    mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
-    show_progress: bool = True     # a bar on a terminal, log lines off one (progress.py); not what it computes
 
 
 def set_seed(seed: int) -> None:

@@ -13,10 +13,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..rerank.scorers import PairScorer, RerankerSpec
+from ..rerank.scorers import PairScorer
+from ..rerank.spec import RerankerSpec
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
-from .loop import TrainConfig, set_seed, train
+from .config import TrainConfig
+from .loop import set_seed, train
 from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
 from .pairs import TrainExample
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Mapping
 
 from ..loaders import ErrorPolicy
@@ -59,7 +58,7 @@ READERS: dict[str, ReleaseReader] = {
                                   skillretbench.release_file(root, skillretbench.QUERIES)]),
 }
 POOL_READERS = {"skillret": skillret.read_skills}  # a release's skills file as a training pool (data.train_pool_format)
-MODULES: tuple[ModuleType, ...] = (r3_skill, skillret, skillretbench, skillrouter_core, sra_bench, sra_prompts)
+MODULES = tuple(m.__name__ for m in (r3_skill, skillret, skillretbench, skillrouter_core, sra_bench, sra_prompts))  # their code keys a load
 
 
 def reader(source: str) -> ReleaseReader:

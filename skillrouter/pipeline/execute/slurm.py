@@ -8,8 +8,8 @@ the scheduling; this module only turns the plan into submissions.
   trained; pair scores with the reranker just trained): no parallelism is lost, a job start is saved
   (Snakemake's group jobs). Cheap CPU stages (a parsed dataset, a reorder by pair scores already
   computed) run inside whichever job reads them first; the cells' scoring and run directories are written
-  by one small CPU array job at the end (``afterany``: a cell whose stage failed is scored as failed,
-  naming it).
+  by small CPU array jobs, one per set of stage jobs the cells wait for (:func:`scoring_groups`;
+  ``afterany``: a cell whose stage failed is scored as failed, naming it).
 * Sibling units — same stage kind, same resources, same dependency jobs — go out as one job array.
 * Every job is submitted with ``--kill-on-invalid-dep=yes``: when a stage fails, SLURM cancels what
   depends on it, so nothing stays pending on a dependency that can never be met.
@@ -24,7 +24,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ...cache.store import StageCache
 from ...models import respect_cpu_allocation
@@ -202,9 +202,9 @@ class StageJob:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout, force=True)
         respect_cpu_allocation()
         quiet_library_bars()
-        from ...train import data_parallel  # torch: only inside the job
+        if int(os.environ.get("SLURM_NTASKS", "1")) > 1:  # nodes / tasks_per_node: every task is a training rank
+            from ...train import data_parallel  # torch: only in a job that trains
 
-        if data_parallel.JobTasks.from_slurm().count > 1:  # nodes / tasks_per_node: every task is a training rank
             folder = data_parallel.handoff_folder(self.sweep_dir)
             if data_parallel.JobTasks.from_slurm().index > 0:
                 data_parallel.follow(folder)
@@ -286,6 +286,18 @@ class SlurmStageDispatch:
                     log.info("submitted %s as SLURM job %s (%s)", units[i].label, job.job_id, resource)
             waiting = [i for i in waiting if i not in jobs]
         return Submitted(units, jobs)
+
+
+def scoring_groups(cells: Iterable[int], graphs: Mapping[int, Any], job_ids: Mapping[str, str]) -> dict[tuple[str, ...], list[int]]:
+    """The cells grouped by the stage jobs they wait for (``job_ids``: stage key -> job id), each group
+    scored by its own array as soon as its jobs end: in a ``loss x topk`` grid the cells of one reranker
+    do not wait for the other's training. A cell without a graph (it failed to compose) waits for none."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for idx in cells:
+        graph = graphs.get(idx)
+        deps = {job_ids[s.key] for s in graph.stages() if s.key in job_ids} if graph else set()
+        groups.setdefault(tuple(sorted(deps)), []).append(idx)
+    return groups
 
 
 def reconcile(submitted: Submitted, journal: StageJournal) -> None:

@@ -1,0 +1,34 @@
+"""What a training run is configured with: plain dataclasses, importable without torch (planning a grid
+reads them; running a training loads torch, :mod:`.loop`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.05
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    checkpoint_every: int = 20
+    mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
+    show_progress: bool = True     # a bar on a terminal, log lines off one (progress.py); not what it computes
+
+
+@dataclass(frozen=True)
+class EncoderLoss:
+    """``infonce`` (SkillRouter, tau 0.05) or ``multi_infonce`` (R3, tau 1/30, lambda 0.25);
+    ``skip_in_pool`` adds each query's SKIP partners to the candidates (R3's ablation row B)."""
+
+    name: str = "infonce"
+    temperature: float = 0.05
+    sibling_weight: float = 0.25
+    skip_in_pool: bool = False
