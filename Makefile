@@ -36,6 +36,7 @@ bench: setup
 	$(BIN)/python benchmarks/cached_rerun.py
 	$(BIN)/python benchmarks/bm25_real_pool.py
 	$(BIN)/python benchmarks/grid_orchestration.py
+	$(BIN)/python benchmarks/job_exit.py
 	$(BIN)/python benchmarks/grid_allocation.py
 	$(BIN)/python benchmarks/train_memory.py
 

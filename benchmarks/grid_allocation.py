@@ -9,7 +9,8 @@ free GPU per cell, as on a GPU cluster), every job with 8 GB, each run from an e
 
 Per run, from SLURM's own record of every job of the grid (scontrol; start, end, CPUs, GPUs): allocated
 GPU-seconds (sum over jobs of elapsed x GPUs), allocated CPU-seconds, the number of jobs, the wall time; from
-the cache manifests and the plan: the seconds of the unique stage builds, GPU-class and CPU-class.
+the cache manifests and the plan: the seconds of the unique stage builds, GPU-class and CPU-class, and of
+the longest chain of them (the critical path: the wall time no dispatch can beat; wall minus it is overhead).
 `gpu_alloc_ratio` = allocated GPU-seconds / GPU-class build seconds. Each grid runs `--repeat` times per mode,
 the modes interleaved (the machine is noisy): the figures are medians, every wall time is listed. Targets
 (stage-level): ratio <= 1.25, no CPU-class stage holds a GPU, wall time no worse than cell-level.
@@ -78,6 +79,22 @@ def builds(sweep: Path, cache: Path) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
+def critical_path(cache: Path) -> float:
+    """Seconds of the longest chain of stage builds (each stage after its inputs, from the cache manifests): what
+    any dispatch needs at the least with unlimited slots; wall time minus it is the orchestration's overhead."""
+    manifests = {m["key"]: m for m in (json.loads(f.read_text()) for f in cache.glob("*/*/manifest.json"))}
+    longest: dict[str, float] = {}
+
+    def chain(key: str) -> float:
+        if key not in longest:
+            m = manifests[key]
+            longest[key] = m["build_seconds"] + max((chain(k) for k in m.get("inputs", {}).values() if k in manifests),
+                                                    default=0.0)
+        return longest[key]
+
+    return round(max((chain(k) for k in manifests), default=0.0), 1)
+
+
 def cpu_stages_on_gpus(sweep: Path, jobs: list[dict[str, object]]) -> int:
     """Jobs holding a GPU that built a CPU-class stage of their own (not a cheap one run inline)."""
     journal = [json.loads(f.read_text()) for f in (sweep / ".stages").glob("*.json")]
@@ -99,7 +116,9 @@ def run(env: dict[str, str], grid: list[str], mode: str, data: str, mem_gb: int,
     gpu_s = sum(j["elapsed_s"] * j["gpus"] for j in jobs)
     metrics = {str(sorted(json.loads(f.read_text())["choices"].items())): json.loads(f.read_text())["metrics"]
                for f in sweep.glob("*/metrics.json")}
-    return {"wall_s": wall.seconds, "jobs": len(jobs), "gpu_jobs": sum(1 for j in jobs if j["gpus"]),
+    path = critical_path(cache)
+    return {"wall_s": wall.seconds, "critical_path_s": path, "overhead_s": round(wall.seconds - path, 1),
+            "jobs": len(jobs), "gpu_jobs": sum(1 for j in jobs if j["gpus"]),
             "allocated_gpu_s": round(gpu_s, 1), "allocated_cpu_s": round(sum(j["elapsed_s"] * j["cpus"] for j in jobs), 1),
             "build_s": built, "gpu_alloc_ratio": round(gpu_s / built["gpu"], 2) if built["gpu"] else None,
             "cpu_class_stages_holding_a_gpu": cpu_stages_on_gpus(sweep, jobs) if mode == "stage" else None,
@@ -121,15 +140,16 @@ def median_run(runs: list[dict[str, object]]) -> dict[str, object]:
 
 
 def markdown(figures: dict, command: str) -> str:
-    cols = ["wall_s (median)", "wall_s each", "jobs", "gpu_jobs", "allocated_gpu_s", "allocated_cpu_s", "gpu build s",
-            "cpu build s", "gpu_alloc_ratio"]
+    cols = ["wall_s (median)", "wall_s each", "critical path s", "overhead s", "jobs", "gpu_jobs", "allocated_gpu_s",
+            "allocated_cpu_s", "gpu build s", "cpu build s", "gpu_alloc_ratio"]
     lines = ["# grid_allocation", "", f"`{command}` on {figures['machine']} (a SLURM node declared with "
              f"{figures['cluster']['cpus']} job slots and {figures['cluster']['gpus']} counted GPUs on 2 cores; "
              f"data={figures['data']}: the built-in data is a format demo, so these are orchestration figures, not "
              "model quality).", "", "| grid | dispatch | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for grid, modes in figures["grids"].items():
         for mode, r in modes["runs"].items():
-            row = [r["wall_s"], " / ".join(f"{w:.0f}" for w in r["wall_s_each"]), r["jobs"], r["gpu_jobs"],
+            row = [r["wall_s"], " / ".join(f"{w:.0f}" for w in r["wall_s_each"]), r["critical_path_s"], r["overhead_s"],
+                   r["jobs"], r["gpu_jobs"],
                    r["allocated_gpu_s"], r["allocated_cpu_s"], r["build_s"]["gpu"], r["build_s"]["cpu"], r["gpu_alloc_ratio"]]
             lines.append(f"| {grid} | {mode} | " + " | ".join(str(v) for v in row) + " |")
     lines += ["", "| grid | target | met |", "|---|---|---|"]

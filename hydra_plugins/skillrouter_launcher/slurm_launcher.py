@@ -99,15 +99,25 @@ class SlurmGridLauncher(SlurmLauncher):
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: dict) -> JobReturn:
         """A cell's job (cell dispatch): its frozen config through Hydra's ``run_job``, as a cell of this grid."""
+        from skillrouter.pipeline.execute.slurm_jobs import leave_quickly
+
         Singleton.set_state(singleton_state)
         setup_globals()
-        return self._run_cell(job_num)
+        try:
+            return self._run_cell(job_num)
+        finally:
+            leave_quickly()
 
     def score_cells(self, job_nums: list[int], singleton_state: dict) -> list[JobReturn]:
         """A task of the scoring array (stage dispatch): a few cells, one after the other (one process start)."""
+        from skillrouter.pipeline.execute.slurm_jobs import leave_quickly
+
         Singleton.set_state(singleton_state)
         setup_globals()
-        return [self._run_cell(num) for num in job_nums]
+        try:
+            return [self._run_cell(num) for num in job_nums]
+        finally:
+            leave_quickly()
 
     def _run_cell(self, job_num: int) -> JobReturn:
         import submitit

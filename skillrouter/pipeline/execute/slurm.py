@@ -34,7 +34,7 @@ from ...tracking.settings import TrackingSettings
 from ..journal import TERMINAL, StageJournal
 from ..plan import GridPlan
 from .build import Builder
-from .slurm_jobs import job_state
+from .slurm_jobs import job_state, leave_quickly
 
 log = logging.getLogger(__name__)
 RESOURCE_KEYS = ("gpus", "cpus", "mem_gb", "timeout_min", "partition", "nodes", "tasks_per_node")
@@ -202,16 +202,19 @@ class StageJob:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout, force=True)
         respect_cpu_allocation()
         quiet_library_bars()
-        if int(os.environ.get("SLURM_NTASKS", "1")) > 1:  # nodes / tasks_per_node: every task is a training rank
-            from ...train import data_parallel  # torch: only in a job that trains
+        try:
+            if int(os.environ.get("SLURM_NTASKS", "1")) > 1:  # nodes / tasks_per_node: every task is a training rank
+                from ...train import data_parallel  # torch: only in a job that trains
 
-            folder = data_parallel.handoff_folder(self.sweep_dir)
-            if data_parallel.JobTasks.from_slurm().index > 0:
-                data_parallel.follow(folder)
-                return {}
-            with data_parallel.leading(folder):
-                return self._build(unit)
-        return self._build(unit)
+                folder = data_parallel.handoff_folder(self.sweep_dir)
+                if data_parallel.JobTasks.from_slurm().index > 0:
+                    data_parallel.follow(folder)
+                    return {}
+                with data_parallel.leading(folder):
+                    return self._build(unit)
+            return self._build(unit)
+        finally:
+            leave_quickly()
 
     def _build(self, unit: Unit) -> dict[str, str]:
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID", "") and f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"

@@ -1,7 +1,8 @@
 """Small SLURM helpers: turning a config's ``slurm`` block into a submitit executor (the grid's LLM
-server job), and asking SLURM what became of a job."""
+server job), asking SLURM what became of a job, and ending a job's process quickly."""
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 from pathlib import Path
@@ -19,6 +20,14 @@ def slurm_executor(folder: Path, slurm: Mapping[str, Any], **fixed: Any):
     settings = {**{k: v for k, v in slurm.items() if v is not None}, **fixed}
     executor.update_parameters(**{k if k in SUBMITIT_KEYS else f"slurm_{k}": v for k, v in settings.items()})
     return executor
+
+
+def leave_quickly() -> None:
+    """Called when a job's work is done: the objects alive now are frozen out of the garbage collector, so the
+    interpreter's exit does not sweep them. A process that loaded torch and sentence-transformers otherwise
+    spends ~2.5 s exiting (measured here), and on a grid's critical path every job is followed by the next
+    one's start. Atexit handlers and buffered output still run as usual."""
+    gc.freeze()
 
 
 def scontrol_job(job_id: str) -> dict[str, str]:
