@@ -69,20 +69,23 @@ def grid_jobs(env: dict[str, str], sweep: Path) -> list[dict[str, object]]:
     return jobs
 
 
-def builds(sweep: Path, cache: Path) -> dict[str, float]:
+def cache_manifests(cache: Path) -> dict[str, dict]:
+    """Every built stage's manifest in a run's cache (its key, inputs' keys and build seconds), by key."""
+    return {m["key"]: m for m in (json.loads(f.read_text()) for f in cache.glob("*/*/manifest.json"))}
+
+
+def builds(sweep: Path, manifests: dict[str, dict]) -> dict[str, float]:
     """Seconds of the unique stage builds, by resource class (the plan says each stage's class)."""
     resource = {s["key"]: s["resource"] for s in json.loads((sweep / "plan.json").read_text())["stages"]}
     out = {"gpu": 0.0, "cpu": 0.0, "llm": 0.0}
-    for manifest in cache.glob("*/*/manifest.json"):
-        m = json.loads(manifest.read_text())
-        out[resource.get(m["key"], "cpu")] += m["build_seconds"]
+    for key, m in manifests.items():
+        out[resource.get(key, "cpu")] += m["build_seconds"]
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def critical_path(cache: Path) -> float:
-    """Seconds of the longest chain of stage builds (each stage after its inputs, from the cache manifests): what
-    any dispatch needs at the least with unlimited slots; wall time minus it is the orchestration's overhead."""
-    manifests = {m["key"]: m for m in (json.loads(f.read_text()) for f in cache.glob("*/*/manifest.json"))}
+def critical_path(manifests: dict[str, dict]) -> float:
+    """Seconds of the longest chain of stage builds (each stage after its inputs): what any dispatch needs at
+    the least with unlimited slots; wall time minus it is the orchestration's overhead."""
     longest: dict[str, float] = {}
 
     def chain(key: str) -> float:
@@ -112,11 +115,12 @@ def run(env: dict[str, str], grid: list[str], mode: str, data: str, mem_gb: int,
     if proc.returncode != 0:
         raise SystemExit(f"grid failed ({mode}): {proc.stdout[-3000:]}{proc.stderr[-2000:]}")
     time.sleep(2)  # the last jobs' end times reach scontrol
-    jobs, built = grid_jobs(env, sweep), builds(sweep, cache)
+    manifests = cache_manifests(cache)
+    jobs, built = grid_jobs(env, sweep), builds(sweep, manifests)
     gpu_s = sum(j["elapsed_s"] * j["gpus"] for j in jobs)
-    metrics = {str(sorted(json.loads(f.read_text())["choices"].items())): json.loads(f.read_text())["metrics"]
-               for f in sweep.glob("*/metrics.json")}
-    path = critical_path(cache)
+    metrics = {str(sorted(m["choices"].items())): m["metrics"]
+               for m in (json.loads(f.read_text()) for f in sweep.glob("*/metrics.json"))}
+    path = critical_path(manifests)
     return {"wall_s": wall.seconds, "critical_path_s": path, "overhead_s": round(wall.seconds - path, 1),
             "jobs": len(jobs), "gpu_jobs": sum(1 for j in jobs if j["gpus"]),
             "allocated_gpu_s": round(gpu_s, 1), "allocated_cpu_s": round(sum(j["elapsed_s"] * j["cpus"] for j in jobs), 1),
