@@ -6,11 +6,15 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export HF_HUB_OFFLINE := 1
 export WANDB_SILENT := true
 
-.PHONY: setup system-deps demo test bench report report-demo sweep reliability
+.PHONY: setup system-deps harbor demo test bench report report-demo sweep reliability
 setup: $(STAMP)
 
 system-deps:
 	bash scripts/system_deps.sh
+
+# Harbor (agent trials in containers) in its own environment: it needs Python >= 3.12.
+harbor:
+	bash scripts/harbor_env.sh .venv-harbor
 
 # torch first, pinned: an unpinned resolver would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -23,7 +27,9 @@ demo: setup
 	$(BIN)/python launch.py -m encoder=bm25,minilm fields=nd,all
 
 # Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
+# Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail).
 test: setup system-deps
+	bash scripts/harbor_env.sh .venv-harbor || echo "make test: no Harbor environment; the agent-trial tests will skip" >&2
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 bench: setup

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on two
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
+HARBOR = ROOT / ".venv-harbor" / "bin" / "harbor"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -45,6 +47,22 @@ def small_files(tmp_path, pool_records):
         {"id": "q2", "query": "thumbnails and pdf text", "gt": ["b", "c"], "grades": {"b": 3, "c": 1}},
     ])
     return pool, queries
+
+
+@pytest.fixture(scope="session")
+def agent_engine() -> Path:
+    """A Docker engine with Compose v2 and the tasks' base image (scripts/docker_engine.sh, idempotent), and
+    Harbor's CLI (make harbor); returns the CLI's path. Outside CI a machine without them skips; in CI they
+    must work."""
+    problem = None if HARBOR.exists() else f"no Harbor at {HARBOR} (make harbor)"
+    if problem is None:
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "docker_engine.sh"), "up"], capture_output=True, text=True)
+        problem = None if proc.returncode == 0 else f"no Docker engine: {proc.stderr.strip()[-500:]}"
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return HARBOR
 
 
 RELIABILITY: list[dict[str, str]] = []

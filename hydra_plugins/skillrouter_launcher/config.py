@@ -25,12 +25,14 @@ class JobResources:
 @dataclass
 class ResourceClasses:
     """Per resource class of a stage (``gpu``: model compute; ``cpu``: BM25, mining, cells' scoring;
-    ``llm``: generation, which talks to an LLM server); ``kinds`` overrides them per stage kind, e.g.
+    ``llm``: generation, which talks to an LLM server; ``agent``: Harbor running agent trials in containers,
+    a job's CPUs and memory shared by its concurrent trials); ``kinds`` overrides them per stage kind, e.g.
     ``hydra.launcher.resources.kinds.train_encoder.timeout_min=1440``."""
 
     gpu: JobResources = field(default_factory=lambda: JobResources(gpus=1))
     cpu: JobResources = field(default_factory=JobResources)
     llm: JobResources = field(default_factory=JobResources)
+    agent: JobResources = field(default_factory=JobResources)  # agent trials: Harbor and its containers, no GPU
     kinds: Dict[str, Any] = field(default_factory=dict)
 
 

@@ -87,7 +87,7 @@ def lost_job_reason(job: Any) -> str:
 def cell_resource(graph: Any) -> str:
     """The class of a whole cell's job (cell-level dispatch): the most demanding of its stages."""
     classes = {s.resource for s in graph.stages()} if graph else {"gpu"}
-    return "gpu" if "gpu" in classes else "llm" if "llm" in classes else "cpu"
+    return next((r for r in ("gpu", "agent", "llm") if r in classes), "cpu")
 
 
 class SlurmGridLauncher(SlurmLauncher):
@@ -187,7 +187,7 @@ class SlurmGridLauncher(SlurmLauncher):
         from skillrouter.pipeline.execute.slurm import CELL_KIND, make_executor
         from skillrouter.pipeline.status import split_shared
 
-        groups: dict[str, list[int]] = {"gpu": [], "llm": [], "cpu": []}
+        groups: dict[str, list[int]] = {"gpu": [], "agent": [], "llm": [], "cpu": []}
         for idx in grid.configs:
             groups[cell_resource(grid.graphs.get(idx))].append(idx)
         params = self._base()
@@ -248,7 +248,7 @@ class SlurmGridLauncher(SlurmLauncher):
                 self._refused("the cells' scoring job", exc, "cpu", stage_jobs + scoring)
             chunks += group
         if server:
-            wait_all([submitted.jobs[i] for i, u in enumerate(units) if u.primary.resource == "llm"])
+            wait_all([submitted.jobs[i] for i, u in enumerate(units) if any(st.llm_server for st in u.stages)])
             server.stop()  # after the last generation stage, not when the grid ends
         wait_all(scoring)
         results = [r for chunk, job in zip(chunks, scoring) for r in self._chunk_results(chunk, job, sweep_dir)]

@@ -68,6 +68,20 @@ def files_fingerprint(paths: Sequence[str | Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def tree_fingerprint(root: str | Path, exclude: Callable[[Path], bool] = lambda rel: False) -> str:
+    """Content hash of every file under ``root`` by relative path (a task folder, a SKILL.md folder), the
+    files for which ``exclude(relative path)`` holds left out. Digests are memoised as in :func:`files_fingerprint`."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if exclude(rel):
+            continue
+        st = path.stat()
+        h.update(f"{rel.as_posix()}\0{_file_digest(str(path), st.st_size, st.st_mtime_ns)}\0".encode())
+    return h.hexdigest()[:16]
+
+
 @functools.cache
 def _source_hash(module_file: str) -> str:
     """Read once per process, so a file edited while a grid runs cannot change the keys of code

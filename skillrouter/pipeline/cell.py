@@ -35,6 +35,7 @@ from ..eval.strata import derive
 from ..models import respect_cpu_allocation
 from ..progress import quiet_library_bars
 from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
+from ..stages.agents import downstream_section
 from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
 from ..tracking.cell_runs import CellTracker
@@ -195,6 +196,9 @@ class CellRun:
                                                          **cache.manifest(s.kind, s.key)["report"],
                                                          "usage": cache.manifest(s.kind, s.key)["usage"]}
                            for role, s in sink.inputs.items() if role.startswith("synth:")}
+        downstream = {role.removeprefix("downstream:"): s for role, s in sink.inputs.items() if role.startswith("downstream:")}
+        if downstream:
+            result["downstream"] = downstream_section(cache, downstream)
         scored.examples, scored.stages = examples, dict(self.graph.named)
         return scored
 

@@ -6,6 +6,7 @@ the config and the content of the user's files.
                                                                     │    mine (semantic, lexical), train]
                                                                     ├─► embed pool ─► retrieve ─┐
                                                                     └─► [train reranker] ─► score pairs ─► rerank ─► score
+    [downstream.tasks_root: per condition, skill sets (none | gold | routed top-k of the ranking) ─► agent trials ─► score]
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from ..data.releases import READERS
 from ..fields import Caps, TextSpec
 from ..rerank.spec import RerankerSpec
 from ..retrieval.dense import EncoderSpec
+from ..agents.harbor import AgentSpec
+from ..agents.skill_sets import condition_label
+from ..stages.agents import agent_trials, skill_sets
 from ..stages.data import builtin_data, builtin_file, load_data, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
 from ..stages.reranking import judge_rerank, rerank, score_pairs
@@ -88,6 +92,16 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
 
 def _plain(section: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
+
+
+def agent_spec(agent: DictConfig) -> AgentSpec:
+    return AgentSpec(name=agent.harbor_name, model=agent.model, kwargs=_plain(agent.kwargs), llm=bool(agent.llm),
+                     api_key_env=agent.api_key_env)
+
+
+def _listed(value: Any) -> list[Any]:
+    """A config value that may be one item or a list (``downstream.k=10`` or ``downstream.k=[1,10]``)."""
+    return list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
 
 
 @dataclass
@@ -260,6 +274,31 @@ class CellComposer:
                                                         self.oracle()))
         return self.record("rerank", rerank(cfg.topk, scores, retrieval))
 
+    # -- downstream --------------------------------------------------------------------------------
+    def _pool_tree(self) -> str | None:
+        """The pool's SKILL.md tree, when the pool was read from one (its folders are copied whole)."""
+        pool, fmt = self.data.get("pool"), self.data.get("pool_format") or "auto"
+        if isinstance(pool, str) and (fmt == "tree" or (fmt == "auto" and Path(pool).is_dir())):
+            return str(Path(pool).resolve())
+        return None
+
+    def downstream(self, rankings: Stage, dataset: Stage) -> dict[str, Stage]:
+        """Per condition (``none``, ``gold``, ``routed@k``), the agent trials on the task tree."""
+        cfg, ds = self.cfg, self.cfg.downstream
+        root = str(Path(ds.tasks_root).expanduser().resolve())
+        tasks = [str(t) for t in _listed(ds.tasks)] if ds.tasks else None
+        agent = agent_spec(cfg.agent)
+        run = {"harbor": ds.harbor, "concurrency": int(ds.concurrency), "retries": int(ds.retries)}
+        out = {}
+        for condition in _listed(ds.skills):
+            for k in (_listed(ds.k) if condition == "routed" else [None]):
+                label = condition_label(condition, k)
+                sets = self.record(f"skill_sets/{label}", skill_sets(
+                    condition, k, root, tasks, bool(ds.verifier_reading), dataset, rankings, self._pool_tree()))
+                out[label] = self.record(f"agent_trials/{label}", agent_trials(
+                    sets, agent, int(ds.trials), ds.environment, float(ds.timeout_multiplier), run, cfg.llm.get("url")))
+        return out
+
     # -- the cell ----------------------------------------------------------------------------------
     def graph(self) -> CellGraph:
         cfg = self.cfg
@@ -270,6 +309,8 @@ class CellComposer:
         rankings = retrieval if cfg.reranker.kind == "none" else self.reranked(retrieval, dataset)
         extras = {name: self.named[name] for name in ("train_pairs", "mine_negatives") if name in self.named}
         extras.update({f"synth:{s.kind}": s for s in self.named.values() if s.resource == "llm" and s.kind != "rerank"})
+        if cfg.downstream.tasks_root:
+            extras.update({f"downstream:{label}": s for label, s in self.downstream(rankings, dataset).items()})
         sink = Stage("score", None, {"eval": {"metrics": list(cfg.eval.metrics), "breakdown": list(cfg.eval.breakdown)}},
                      inputs={"rankings": rankings, "data": dataset, **extras}, cheap=True)
         return CellGraph(sink=sink, named=dict(self.named), data=self.data,

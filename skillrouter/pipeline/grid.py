@@ -41,8 +41,7 @@ class Grid:
 
     def llm_server(self) -> LLMServer | None:
         """The one LLM server of the grid, if a generation stage it has to build needs one."""
-        needing = {i for p in self.plan.to_build() if p.stage.resource == "llm" and p.stage.kind != "rerank"
-                   for i in p.cells}
+        needing = {i for p in self.plan.to_build() if p.stage.llm_server for i in p.cells}
         servers = {OmegaConf.to_yaml(self.configs[i].llm) for i in needing if self.configs[i].llm.get("server")}
         if len(servers) > 1:
             raise ValueError("a grid runs one LLM server: sweep llm over separate grids")

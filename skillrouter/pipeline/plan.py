@@ -10,6 +10,7 @@ computation (their sinks have one key)."""
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import time
 from collections import defaultdict
@@ -19,11 +20,12 @@ from typing import Any, Mapping
 
 from ..cache.store import StageCache
 from ..data.jsonl import atomic_write_json
-from ..stages.graph import Stage, needed_stages
+from ..stages.graph import RESOURCES, Stage, needed_stages
 from ..stages.kinds import KINDS, readers
 from .compose import CellGraph
 
 PLAN = "plan.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +35,7 @@ class PlannedStage:
     cells: list[int]
     state: str  # cached | build | building
     estimate_s: float | None = None
+    counts: dict[str, float] = field(default_factory=dict)  # the stage's own tally of its work (agent trials, hours)
 
     @property
     def to_build(self) -> bool:
@@ -72,11 +75,14 @@ class GridPlan:
 
     def totals(self) -> dict[str, Any]:
         todo = self.to_build()
-        out: dict[str, Any] = {f"{r}_to_build": sum(1 for p in todo if p.stage.resource == r) for r in ("gpu", "cpu", "llm")}
+        out: dict[str, Any] = {f"{r}_to_build": sum(1 for p in todo if p.stage.resource == r) for r in RESOURCES}
         out["reused"] = len(self.stages) - len(todo)
-        for r in ("gpu", "cpu", "llm"):
+        for r in RESOURCES:
             known = [p.estimate_s for p in todo if p.stage.resource == r and p.estimate_s is not None]
             out[f"{r}_estimate_s"] = round(sum(known), 1) if known else None
+        for p in todo:
+            for name, value in p.counts.items():
+                out[name] = round(out.get(name, 0) + value, 3)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -84,7 +90,7 @@ class GridPlan:
             "cells": sorted(self.cells) + sorted(self.broken),
             "stages": [{"stage": p.stage.kind, "key": p.stage.key, "names": p.names, "state": p.state,
                         "resource": p.stage.resource, "cheap": p.stage.cheap, "cells": p.cells,
-                        "estimate_s": p.estimate_s} for p in self.stages],
+                        "estimate_s": p.estimate_s, **({"counts": p.counts} if p.counts else {})} for p in self.stages],
             "totals": self.totals(),
             "noop_overrides": [{"key": n.key, "values": n.values, "why": n.why()} for n in self.noops],
             "one_computation": self.duplicates,
@@ -202,13 +208,26 @@ def plan_grid(cells: dict[int, CellGraph], cache: StageCache, overrides: Mapping
     for stage in order:
         state = "cached" if cache.is_complete(stage.kind, stage.key) else "building" if _lock_held(cache, stage) else "build"
         planned.append(PlannedStage(stage, names[stage.key] or [stage.kind], sorted(users[stage.key]), state,
-                                    estimator.estimate(stage) if state != "cached" else None))
+                                    estimator.estimate(stage) if state != "cached" else None,
+                                    _counts(stage, cache) if state != "cached" else {}))
     sinks = {i: g.sink.key for i, g in cells.items()}
     same: dict[str, list[int]] = defaultdict(list)
     for i, key in sinks.items():
         same[key].append(i)
     return GridPlan(cells=cells, stages=planned, overrides=overrides, noops=noop_overrides(sinks, overrides),
                     duplicates=[sorted(v) for v in same.values() if len(v) > 1], broken=dict(broken or {}))
+
+
+def _counts(stage: Stage, cache: StageCache) -> dict[str, float]:
+    """The stage's tally of its work, when it keeps one; a tally that cannot be made (a task tree with a bad
+    task) is left out here: the stage's build names the problem."""
+    if stage.counts is None:
+        return {}
+    try:
+        return stage.counts(stage, cache)
+    except (OSError, ValueError) as exc:
+        log.warning("%s: no count of its work: %s", stage.label, exc)
+        return {}
 
 
 def _cells_text(cells: list[int]) -> str:
@@ -230,8 +249,12 @@ def render(plan: GridPlan, full: bool = True) -> str:
         return f" (~{t[f'{r}_estimate_s']:.0f} s)" if t[f"{r}_estimate_s"] is not None else ""
 
     lines.append(f"plan: {len(plan.cells)} cells, {len(plan.stages)} unique stages: to build {t['gpu_to_build']} gpu"
-                 f"{est('gpu')}, {t['cpu_to_build']} cpu{est('cpu')}, {t['llm_to_build']} llm{est('llm')}; "
-                 f"reused {t['reused']}")
+                 f"{est('gpu')}, {t['cpu_to_build']} cpu{est('cpu')}, {t['llm_to_build']} llm{est('llm')}"
+                 + (f", {t['agent_to_build']} agent{est('agent')}" if t["agent_to_build"] else "") + f"; reused {t['reused']}")
+    if t.get("agent_trials"):
+        lines.append(f"  agent trials: {t['agent_trials'] - t['agent_trials_cached']:.0f} to run "
+                     f"({t['agent_trials']:.0f} in the conditions to build, {t['agent_trials_cached']:.0f} in the cache), "
+                     f"at most {t['agent_hours']:.1f} agent-hours under their task.toml timeouts")
     lines += [f"  no effect: {n.key}={','.join(n.values)}: {n.why()}" for n in plan.noops]
     lines += [f"  one computation: cells {', '.join(f'#{c}' for c in d)} (their graphs end in one key)"
               for d in plan.duplicates]

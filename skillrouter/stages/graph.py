@@ -2,7 +2,7 @@
 
 A :class:`Stage` declares what it is — its kind (the cache folder; :mod:`.kinds` lists the config keys
 each kind reads), the values of those keys it depends on (``params``), its input stages, the files it reads from outside the cache, its resource class
-(``gpu``, ``cpu``, ``llm``) and its build function — and nothing it computes. Its key is Merkle: a hash
+(``gpu``, ``cpu``, ``llm``, ``agent``: agent trials in containers) and its build function — and nothing it computes. Its key is Merkle: a hash
 of its kind, version, code, params, its inputs' keys and its files' content fingerprints, so the keys
 of a whole grid follow from the configs alone, and two cells that agree upstream share the stage.
 
@@ -28,7 +28,7 @@ from ..data.columnar import read_dataset
 from ..data.types import Dataset
 from .kinds import KINDS
 
-RESOURCES = ("gpu", "cpu", "llm")
+RESOURCES = ("gpu", "cpu", "llm", "agent")
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Stage:
     after: tuple[Stage, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     items: Items | None = None
+    counts: Callable[[Stage, StageCache], dict[str, float]] | None = None  # what a plan counts of its work beyond items
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +97,12 @@ class Stage:
     def virtual(self) -> bool:
         """A cell's scoring: it writes a run directory, never a cache entry."""
         return self.build is None
+
+    @property
+    def llm_server(self) -> bool:
+        """Whether building it needs the grid's LLM server: a generation stage, or an agent of that LLM (an
+        LLM judge calls its own endpoint)."""
+        return (self.resource == "llm" and self.kind != "rerank") or bool(self.options.get("llm_server"))
 
     @property
     def label(self) -> str:

@@ -32,6 +32,9 @@ KINDS: dict[str, Kind] = {
     "oracle_nd": _SYNTH,
     "supp": _SYNTH,
     "r3_pairs": _SYNTH,
+    "skill_sets": Kind(("downstream.tasks_root", "downstream.tasks", "downstream.skills", "downstream.k",
+                        "downstream.verifier_reading"), "downstream.tasks_root"),
+    "agent_trials": Kind(("downstream", "agent", "llm.model"), "downstream.tasks_root"),
     "score": Kind(("eval",), "every cell"),
 }
 

@@ -3,6 +3,8 @@
 It answers ``/v1/chat/completions`` with deterministic JSON that is valid against the request's
 ``response_format`` schema, written from the prompt's data blocks (``<description>``, ``<body>``, ...;
 never the ``<name>`` block, so a generated query does not leak the skill's name), and ``/v1/models``.
+A terminal agent's turn (a prompt asking for ``keystrokes`` and ``task_complete``, Terminus-2's protocol) gets
+one command and ``task_complete: true``, so an agent trial on the stub ends at once (the wiring, not a solution).
 On demand it misbehaves, every N-th request: a timeout, a 429, a 500, or malformed JSON, so the
 client's retries are exercised through real HTTP.
 
@@ -25,11 +27,19 @@ from typing import Any
 
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9+#.-]{2,}")
 BLOCK = re.compile(r"<(\w+)[^>]*>\n(.*?)\n</\1>", re.S)
+AGENT_TURN = re.compile(r'"keystrokes".*"task_complete"|"task_complete".*"keystrokes"', re.S)
 STOP = frozenset("the and for with that this from into your you are will can use when not all any only its".split())
 
 
 def _seed(*parts: str) -> int:
     return int(hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12], 16)
+
+
+def _text(content) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
 
 
 def words_of(prompt: str) -> list[str]:
@@ -108,10 +118,14 @@ def make_handler(state: StubState):
                 time.sleep(state.timeout_sleep)
             if fault in ("429", "500"):
                 return self._send(int(fault), json.dumps({"error": {"message": f"stub {fault}"}}).encode())
-            prompt = "\n".join(m.get("content", "") for m in body.get("messages", []))
+            prompt = "\n".join(_text(m.get("content", "")) for m in body.get("messages", []))
             spec = (body.get("response_format") or {}).get("json_schema") or {}
-            answer = fake(spec.get("schema", {"type": "object", "properties": {"text": {"type": "string"}}}),
-                          words_of(prompt), _seed(prompt, spec.get("name", "")))
+            if not spec and AGENT_TURN.search(prompt):
+                answer = {"analysis": "stub", "plan": "list the working folder and finish",
+                          "commands": [{"keystrokes": "ls\n", "duration": 0.1}], "task_complete": True}
+            else:
+                answer = fake(spec.get("schema", {"type": "object", "properties": {"text": {"type": "string"}}}),
+                              words_of(prompt), _seed(prompt, spec.get("name", "")))
             content = json.dumps(answer)[:-3] if fault == "malformed" else json.dumps(answer)
             reply = {"id": "stub", "object": "chat.completion", "model": body.get("model", "stub"),
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],

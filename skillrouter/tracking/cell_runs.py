@@ -4,7 +4,8 @@
   the resolved config under ``cfg``, and under ``stages.<name>`` the artifact (name, digest, key) of every
   stage the cell read — online the run also declares them with ``use_artifact``, so the lineage graph
   shows which trained encoder and reranker fed which cells;
-* summary: every metric (``single/``, ``multi/`` and breakdown keys included), counts, stage reuse;
+* summary: every metric (``single/``, ``multi/`` and breakdown keys included), counts, stage reuse and, with
+  downstream trials, ``success@k`` of each routed condition beside ``success/none`` and ``success/gold``;
 * ``per_query``: query text (capped), GT ids, the top-10 ids, each GT's rank and every metric;
 * ``recall_curve`` (R@K line plot) and ``rendered_examples`` (the exact texts each stage saw).
 """
@@ -87,6 +88,9 @@ class CellTracker:
         summary = {k: v for k, v in result["metrics"].items() if v is not None}
         summary.update({f"n/{k}": v for k, v in result["counts"].items()})
         summary.update({f"stage/{k}/cached": int(v["cached"]) for k, v in result["stages"].items()})
+        for c in (result.get("downstream") or {}).get("conditions", []):
+            name = f"success@{c['k']}" if c["condition"] == "routed" else f"success/{c['condition']}"
+            summary.update({name: c["success"], f"{name}/spread": c["spread"], f"{name}/exceptions": c["exceptions"]})
         run.summary.update(summary)
         columns, data = per_query_table(scored)
         curve = wandb.Table(columns=["k", "recall"], data=[[k + 1, r] for k, r in enumerate(result.get("recall_curve", []))])

@@ -62,7 +62,7 @@ class LocalExecutor:
     def run(self, sinks: list[Stage]) -> dict[str, Outcome]:
         """Build what ``sinks`` need (:func:`needed_stages`) and return every outcome by key."""
         pending = needed_stages(sinks, self.builder.intact)
-        llm_todo = {s.key for s in pending if s.resource == "llm" and not self.builder.complete(s)}
+        llm_todo = {s.key for s in pending if s.llm_server and not self.builder.complete(s)}
         running: dict[Future, Stage] = {}
         workers = max(1, self.workers)
         try:
