@@ -127,8 +127,9 @@ def test_plan_lists_exactly_what_a_cold_grid_builds_and_nothing_when_warm(tmp_pa
     assert _cache_entries(tmp_path / "cache") == to_build
     warm = launch(tmp_path, *grid, "plan=true", "hydra.sweep.dir=" + str(tmp_path / "warm"))
     assert _plan(tmp_path / "warm")["totals"] | {"reused": 0} == {"gpu_to_build": 0, "cpu_to_build": 0, "llm_to_build": 0,
-                                                                 "reused": 0, "gpu_estimate_s": None, "cpu_estimate_s": None,
-                                                                 "llm_estimate_s": None}
+                                                                 "agent_to_build": 0, "reused": 0, "gpu_estimate_s": None,
+                                                                 "cpu_estimate_s": None, "llm_estimate_s": None,
+                                                                 "agent_estimate_s": None}
     assert "to build 0 gpu" in warm.stdout
 
 

@@ -19,7 +19,7 @@ from skillrouter.report.significance import paired_randomization
 from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
 SPECS = {t.name: t for t in TABLES}
-PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth")
+PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream")
 BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
         "seed": "0", "tracking": "none"}
 
@@ -300,3 +300,48 @@ def test_a_model_trained_on_synthesised_pairs_is_not_the_tables_trained_row(tmp_
     table = build_table(SPECS["encoder_results"], runs, tmp_path)
     assert table.values.loc["trained", ("easy", "hit@1")] == 1.0
     assert case_pairs(runs) == [("encoder_results-trained-vs-minilm", "g/a", "g/b")]
+
+
+def _downstream_run(root: Path, name: str, encoder: str, agent: str, routed: dict[str, float], none: dict[str, float],
+                    gold: dict[str, float]) -> None:
+    run = make_run(root, name, [1, 0], encoder=encoder, agent=agent)
+    metrics = json.loads((run / "metrics.json").read_text())
+
+    def cond(label, condition, k, per_task):
+        return {"label": label, "condition": condition, "k": k, "success": sum(per_task.values()) / len(per_task),
+                "per_task": per_task, "injected": {t: [f"{encoder}-{t}"] for t in per_task}}
+
+    metrics["downstream"] = {"agent": agent, "conditions": [cond("none", "none", None, none), cond("gold", "gold", None, gold),
+                                                            cond("routed@1", "routed", 1, routed)]}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_the_downstream_table_has_the_papers_layout_and_hand_computed_values(tmp_path):
+    from skillrouter.report.downstream import downstream_cases, downstream_rows, downstream_table
+
+    root = tmp_path / "runs"
+    none, gold = {"a": 0.0, "b": 0.0, "c": 0.0, "d": 1.0}, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}  # 25 %, 100 %
+    _downstream_run(root, "0", "bm25", "oracle", {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}, none, gold)    # 50 %
+    _downstream_run(root, "1", "minilm", "oracle", {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}, none, gold)  # 75 %
+    _downstream_run(root, "2", "minilm", "nop", {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}, {t: 0.0 for t in none},
+                    {t: 0.0 for t in none})
+    table = downstream_table(downstream_rows([root]))
+    assert list(table.columns) == ["condition", "nop", "oracle", "average", "uplift recovered"]
+    rows = table.set_index("condition")
+    assert rows.loc["no skills", "oracle"] == 25.0 and rows.loc["gold skills", "oracle"] == 100.0
+    assert rows.loc["bm25 top-1", "oracle"] == 50.0 and rows.loc["minilm top-1", "oracle"] == 75.0
+    # uplift: (50 - 25) / (100 - 25) = 33.3 %; minilm: (75 - 25) / 75 = 66.7 % (nop has no uplift to share)
+    assert rows.loc["bm25 top-1", "uplift recovered"] == 33.3 and rows.loc["minilm top-1", "uplift recovered"] == 66.7
+    assert rows.loc["minilm top-1", "average"] == 37.5  # (0 + 75) / 2 over the two agents
+    cases = downstream_cases(downstream_rows([root]))
+    assert "## oracle, top-1: bm25 vs minilm" in cases and "| b | 0.00 | 1.00 | bm25-b | minilm-b |" in cases
+
+
+def test_a_published_range_is_met_inside_it_and_missed_by_the_distance_to_its_nearer_end():
+    entry = {"paper": "P", "table": "T", "row": "R", "tier": "easy", "system": {"encoder": "e"},
+             "values": {"uplift/routed@1": [0.71, 0.73]}}
+    runs = pd.DataFrame([{"run": "r", "status": "completed", "superseded": False, "encoder": "e", "tier": "easy",
+                          "uplift/routed@1": u} for u in (0.72,)])
+    assert reproduction_table(runs, [entry]).iloc[0][["published", "diff (pp)"]].tolist() == ["71.0-73.0", 0.0]
+    runs["uplift/routed@1"] = 0.60
+    assert reproduction_table(runs, [entry]).iloc[0]["diff (pp)"] == -11.0

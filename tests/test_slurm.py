@@ -466,3 +466,32 @@ def test_a_training_stage_over_two_tasks_trains_the_one_process_model(slurm_env,
         torch.testing.assert_close(weights[1][name], w, rtol=1e-4, atol=1e-5, msg=name)
     a, b = metrics_by_choice(tmp_path / "two", "encoder"), metrics_by_choice(tmp_path / "one", "encoder")
     assert a["trained"]["metrics"] == pytest.approx(b["trained"]["metrics"], abs=1e-6)
+
+
+def test_downstream_trials_run_as_agent_class_jobs_and_match_the_routers_rankings(slurm_env, agent_engine, tmp_path):
+    """The downstream grid stage by stage on the cluster: each condition's trials are built in a job without a GPU,
+    Harbor and its containers inside it; oracle success follows each cell's own ranking, and ``none`` is built
+    once for both routers."""
+    from .downstream_tasks import write_study
+
+    study = write_study(tmp_path / "study", with_reader=False)
+    args = [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path / 'grid'}", f"cache_dir={tmp_path / 'c'}",
+            "progress=false", "data=jsonl", f"data.pool={study['pool']}", f"data.queries={study['queries']}",
+            "encoder=bm25,minilm", f"downstream.tasks_root={study['tasks']}", f"downstream.harbor={agent_engine}",
+            "downstream.trials=1", "downstream.skills=[none,routed]", *SLURM_ARGS]
+    proc = subprocess.run(args, cwd=ROOT, env=slurm_env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    gt = {q["id"]: q["gt"][0] for q in map(json.loads, study["queries"].read_text().splitlines())}
+    for run in (tmp_path / "grid").glob("*/metrics.json"):
+        metrics = json.loads(run.read_text())
+        by = {c["label"]: c for c in metrics["downstream"]["conditions"]}
+        ranked = {json.loads(line)["qid"]: json.loads(line)["ranked"][0][0] for line in (run.parent / "rankings.jsonl").open()}
+        assert by["routed@1"]["per_task"] == {t: float(gt[t] == ranked[t]) for t in gt}
+        assert set(by["none"]["per_task"].values()) == {0.0}
+    journal = [r for r in _journal(tmp_path / "grid") if r["stage"] == "agent_trials"]
+    assert len(journal) == 3 and all(r["state"] == "built" and r["resource"] == "agent" for r in journal)  # none + 2 routed
+    jobs = _grid_jobs(slurm_env, tmp_path / "grid")
+    assert all("gres:gpu" not in jobs[r["job_id"]].get("TresPerNode", "") for r in journal)
+    # none waits for nothing but the data: a job of its own; a routed condition may follow the retrieval it reads in
+    # that job (the dev profile gives both classes the same resources: one job start saved)
+    assert "sr-agent_trials" in {jobs[r["job_id"]]["JobName"] for r in journal}

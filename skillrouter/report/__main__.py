@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 from ..data.jsonl import atomic_write_text
 from .attention import write_attention, yes_no_reranker
 from .cases import case_pairs, write_cases
+from .downstream import NOTES as DOWNSTREAM_NOTES, downstream_rows, downstream_table, write_downstream_cases
 from .collect import collect, usable
 from .efficiency import write_efficiency
 from .r3_stats import from_run, source_name, write_r3_stats
@@ -61,7 +62,9 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
                                        reranker_contribution(on_data, base), []),
              "reproduction": ("Paper vs ours", reproduction_table(runs), REPRODUCTION_NOTES),
              "synth": ("Data synthesis: what each generation stage made, filtered and spent", synth_table(run_roots),
-                       ["One row per generated artifact (shared by every cell that used it); tokens as the server counted them."])}
+                       ["One row per generated artifact (shared by every cell that used it); tokens as the server counted them."]),
+             "downstream": ("Downstream agents: task success with no, gold and routed skills",
+                            downstream_table(downstream_rows(run_roots, data)), DOWNSTREAM_NOTES)}
     for name, (title, df, notes) in plain.items():
         write(f"{name}.csv", df.to_csv(index=False))
         write(f"{name}.tex", plain_to_latex(df, name, title, notes))
@@ -72,6 +75,9 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
     index += [(out / "efficiency.md").read_text(), ""]
     index += _section("Cases (per-query: rescues, degradations, common misses)", _cases(on_data, base, out),
                       "no comparable runs", written)
+    index += _section("Downstream cases (per task: routed sets that ended differently)",
+                      [("downstream", lambda: write_downstream_cases(downstream_rows(run_roots, data), out),
+                        "- [downstream](cases/downstream.md)")], "no run has agent trials", written)
     index += _section("Field attention (yes/no LM rerankers)", _attention(runs, base, out),
                       "no run reranks with a yes/no LM (sweeps/field_attention.yaml runs one)", written)
     index += _section("R3 dataset statistics", _r3_stats(runs, base, out),

@@ -12,7 +12,7 @@ from ..data.columnar import read_dataset
 from ..data.types import Dataset
 
 log = logging.getLogger(__name__)
-CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed")
+CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed", "agent")
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -40,6 +40,9 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     row.update({k: str(data.get("choices", {}).get(k)) if k in data.get("choices", {}) else None for k in CHOICE_KEYS})
     row.update(data.get("metrics", {}))
     row.update({f"n_{k}": v for k, v in data.get("counts", {}).items()})
+    down = data.get("downstream") or {}
+    row.update({f"success/{c['label']}": c["success"] for c in down.get("conditions", [])})
+    row.update({f"uplift/{label}": v for label, v in (down.get("uplift_recovered") or {}).items()})
     return row
 
 

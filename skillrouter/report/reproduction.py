@@ -13,8 +13,9 @@ from .collect import usable
 from .tables import TIER_VALUES
 
 COLUMNS = ["paper", "table", "row", "tier", "metric", "ours", "published", "diff (pp)", "run"]
-NOTES = ["ours and published in %, diff = ours - published in percentage points; --- : no run (see the sweeps "
-         "reproduce_skillrouter / reproduce_r3 / reproduce_r3_skillret) or no published value.",
+NOTES = ["ours and published in %, diff = ours - published in percentage points (for a stated range: 0 inside it, else "
+         "the distance to its nearer end); --- : no run (see the sweeps reproduce_skillrouter / reproduce_r3 / "
+         "reproduce_r3_skillret / downstream) or no published value.",
          "Tiny stand-in models make the 'ours' column a format check, not a reproduction; with the real checkpoints "
          "(hub access) the same sweeps fill it for real."]
 
@@ -37,6 +38,19 @@ def _runs_for(runs: pd.DataFrame, system: dict[str, str], tier: str) -> list[pd.
     return chosen
 
 
+def _bounds(value: Any) -> tuple[float | None, float | None]:
+    """A published value in %: a number, or ``[low, high]`` where the paper states a range (e.g. "71-73 %")."""
+    if value is None:
+        return None, None
+    lo, hi = (value, value) if not isinstance(value, (list, tuple)) else value
+    return 100 * lo, 100 * hi
+
+
+def _off(ours: float, lo: float, hi: float) -> float:
+    """Ours minus the published value; for a range, 0 inside it, else the distance to its nearer end (signed)."""
+    return ours - lo if ours < lo else ours - hi if ours > hi else 0.0
+
+
 def reproduction_table(runs: pd.DataFrame, entries: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     ok = usable(runs)
     rows = []
@@ -48,10 +62,10 @@ def reproduction_table(runs: pd.DataFrame, entries: list[dict[str, Any]] | None 
             ours = None
             if chosen and metric in ok.columns and all(pd.notna(r[metric]) for r in chosen):
                 ours = 100 * sum(float(r[metric]) for r in chosen) / len(chosen)
-            paper = 100 * published[metric] if metric in published else None
+            lo, hi = _bounds(published.get(metric))
             rows.append({"paper": entry["paper"], "table": entry["table"], "row": entry["row"], "tier": entry["tier"],
                          "metric": metric, "ours": None if ours is None else round(ours, 2),
-                         "published": None if paper is None else round(paper, 2),
-                         "diff (pp)": None if ours is None or paper is None else round(ours - paper, 2),
+                         "published": None if lo is None else round(lo, 2) if lo == hi else f"{lo:.1f}-{hi:.1f}",
+                         "diff (pp)": None if ours is None or lo is None else round(_off(ours, lo, hi), 2),
                          "run": " + ".join(r["run"] for r in chosen) if chosen else None})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -301,10 +301,12 @@ def downstream_section(cache: StageCache, conditions: Mapping[str, Stage]) -> di
         sets_entry = cache.entry(stage.inputs["sets"].kind, stage.inputs["sets"].key)
         rows = [TrialRow(**{k: r[k] for k in ("task", "index", "key", "reward", "exception", "reused")})
                 for _, r in read_jsonl(cache.entry(stage.kind, stage.key) / TRIALS)]
-        injected = {t: [s["id"] for s in v["skills"]] for t, v in read_json(sets_entry / SETS).items()}
+        sets = read_json(sets_entry / SETS)
+        injected = {t: [s["id"] for s in v["skills"]] for t, v in sets.items()}
+        renamed = [{"task": t, **s} for t, v in sets.items() for s in v["skills"] if "renamed" in s]
         condition = stage.inputs["sets"].params["condition"]
         out["conditions"].append({"label": label, "condition": condition, "k": stage.inputs["sets"].params.get("k"),
-                                  **summarize(rows), "injected": injected})
+                                  **summarize(rows), "injected": injected, "renamed": renamed})
     success = {c["label"]: c["success"] for c in out["conditions"]}
     if "none" in success and "gold" in success:
         out["uplift_recovered"] = {c["label"]: uplift_recovered(c["success"], success["none"], success["gold"])
