@@ -171,16 +171,20 @@ def test_reproduction_table_against_published_values(tmp_path):
     sr = {"data": "skillrouter_core", "encoder": "skillrouter_emb_0.6b", "reranker": "skillrouter_rank_0.6b"}
     make_run(root, "0", [1] * 8 + [0] * 2, tier="easy", **sr)
     make_run(root, "1", [1] * 6 + [0] * 4, tier="hard", **sr)
-    make_run(root, "2", [1] * 7 + [0] * 3, tier="easy", data="r3_skill", encoder="r3_emb_0.6b")
+    make_run(root, "2", [1] * 7 + [0] * 3, tier="easy", data="r3_skill", encoder="r3_emb_0.6b", eval="r3")
     table = reproduction_table(collect([root], tmp_path))
     pipeline = table[(table["row"].str.startswith("SkillRouter 1.2B")) & (table["metric"] == "hit@1")].iloc[0]
     assert (pipeline["ours"], pipeline["published"], pipeline["diff (pp)"]) == (70.0, 74.0, -4.0)
-    r3 = table[table["row"] == "R3-Embedding"].set_index("metric")
+    r3 = table[(table["table"] == "Table 5") & (table["row"] == "R3-Embedding (ours)")].set_index("metric")
     assert r3.loc["hit@1", "ours"] == 70.0 and r3.loc["hit@1", "published"] == 72.07
     assert r3.loc["hit@1", "diff (pp)"] == pytest.approx(-2.07)
     assert pd.isna(r3.loc["ndcg@15", "ours"]) and r3.loc["ndcg@15", "published"] == 82.05  # the run has no nDCG@15
-    reranked = table[table["table"] == "Table 7"]
+    reranked = table[table["table"].str.startswith("Table 7") & ~table["row"].str.startswith("(no reranker")]
     assert reranked["ours"].isna().all() and reranked["published"].notna().all()  # no run: paper column still filled
+    cannot = table[table["row"].str.contains("cannot run")]
+    assert set(cannot["row"].str.split(" \\(").str[0]) == {"BGE-M3", "Qwen3-Reranker-4B"} and cannot["run"].isna().all()
+    by_direction = table[table["table"] == "Table 9 (by language direction: zh2zh)"].set_index(["row", "metric"])
+    assert by_direction.loc[("+ R3-Reranker", "lang=zh2zh/set_compat"), "published"] == 60.0  # Table 9 is in %
     md = plain_to_markdown(table, "Paper vs ours")
     assert "| 74.00 " in md and "—" in md
 
@@ -197,8 +201,9 @@ def test_skillret_rows_pick_the_run_of_their_protocol(tmp_path):
     table = reproduction_table(runs)
     own = table[table["row"] == "SKILLRET-Embedding-0.6B"].set_index("metric")
     assert (own.loc["fc@10", "ours"], own.loc["fc@10", "published"]) == (70.0, 75.09) and own.loc["fc@10", "run"].endswith("0")
-    r3 = table[(table["table"] == "Table 6") & table["row"].str.startswith("SkillRet-Embedding-0.6B")].iloc[0]
-    assert r3["ours"] == 50.0 and pd.isna(r3["published"])
+    # R3's Table 6 (in %): the same cell under SkillRet's protocol; its Comp@10 is SkillRet's Completeness@10 (fc@10)
+    r3 = table[(table["table"] == "Table 6") & (table["row"] == "SkillRet-Embedding-0.6B")].set_index("metric")
+    assert (r3.loc["fc@10", "ours"], r3.loc["fc@10", "published"]) == (70.0, 75.09) and r3.loc["fc@10", "run"].endswith("0")
 
 
 def test_cases_are_selected_and_ordered_by_hand():
@@ -345,3 +350,17 @@ def test_a_published_range_is_met_inside_it_and_missed_by_the_distance_to_its_ne
     assert reproduction_table(runs, [entry]).iloc[0][["published", "diff (pp)"]].tolist() == ["71.0-73.0", 0.0]
     runs["uplift/routed@1"] = 0.60
     assert reproduction_table(runs, [entry]).iloc[0]["diff (pp)"] == -11.0
+
+
+def test_a_random_head_reranker_is_labelled_untrained_with_a_footnote(tmp_path):
+    root = tmp_path / "g"
+    make_run(root, "0", [1, 0], encoder="trained", reranker="minilm_ce", topk="20", fields="all")
+    make_run(root, "1", [1, 1], encoder="trained", reranker="trained", loss="listwise", topk="20", fields="all")
+    runs = collect([root], tmp_path)
+    spec = next(t for t in TABLES if t.name == "loss_ablation")
+    table = build_table(spec, runs, tmp_path)
+    assert "minilm_ce (untrained head)" in list(table.values.index) and "listwise" in list(table.values.index)
+    assert any(n.startswith("(untrained head): minilm_ce is a MiniLM with a freshly initialised classification head")
+               for n in table.notes)
+    pipelines = build_table(next(t for t in TABLES if t.name == "pipeline_results"), runs, tmp_path)
+    assert "trained + minilm_ce (untrained head)" in list(pipelines.values.index)

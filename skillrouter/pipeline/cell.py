@@ -179,6 +179,9 @@ class CellRun:
         rankings = read_rankings(cache.entry(sink.inputs["rankings"].kind, sink.inputs["rankings"].key) / "rankings.jsonl")
         oracle_path = file_path(self.graph.oracle, cache)
         examples = rendered_examples(self.graph, dataset, load_descriptions(oracle_path) if oracle_path else None)
+        pairs = self.graph.named.get("score_pairs")
+        if pairs is not None and cache.is_complete(pairs.kind, pairs.key):  # what truncation left the reranker
+            examples["reranker_truncation"] = cache.manifest(pairs.kind, pairs.key).get("truncation")
         atomic_write_json(self.run_dir / "rendered_examples.json", examples)
         ordered = [rankings.get(q.id, Ranking(q.id, [], [])) for q in dataset.queries]
         data = {k: file_path(v, cache) for k, v in self.graph.data.items()}

@@ -24,10 +24,12 @@ def paper_values() -> list[dict[str, Any]]:
     return yaml.safe_load(resources.files("skillrouter.report").joinpath("paper_values.yaml").read_text())
 
 
-def _runs_for(runs: pd.DataFrame, system: dict[str, str], tier: str) -> list[pd.Series] | None:
+def _runs_for(runs: pd.DataFrame, system: dict[str, str] | None, tier: str) -> list[pd.Series] | None:
+    if not system:  # a published system with no preset here
+        return None
     mask = pd.Series(True, index=runs.index)
     for key, value in system.items():
-        mask &= runs[key] == value
+        mask &= (runs[key] == value) if key in runs.columns else False
     tiers = TIER_VALUES if tier == "avg" else (tier,)
     chosen = []
     for t in tiers:

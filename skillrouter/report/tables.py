@@ -23,15 +23,28 @@ ENCODER_ORDER = ("bm25", "minilm", "bge_large", "e5_large", "gte_large", "qwen3_
 TIER_VALUES = ("easy", "hard")
 
 
+# Reranker presets whose scoring head starts from random weights: a row of one is not a base reranker.
+UNTRAINED_HEADS = {"minilm_ce": "MiniLM with a freshly initialised classification head"}
+UNTRAINED = " (untrained head)"
+
+
 def system_label(row: pd.Series) -> str:
     label = str(row["encoder"])
     if row["reranker"] not in (None, "none"):
         label += " + " + (f"trained[{row['loss']}]" if row["reranker"] == "trained" else str(row["reranker"]))
+        label += UNTRAINED if row["reranker"] in UNTRAINED_HEADS else ""
     return label
 
 
 def loss_label(row: pd.Series) -> str:
-    return str(row["loss"]) if row["reranker"] == "trained" else "untrained"
+    return str(row["loss"]) if row["reranker"] == "trained" else str(row["reranker"]) + UNTRAINED
+
+
+def untrained_note(rows: list[str]) -> list[str]:
+    """The footnote a table with a random-head row carries: what that row is."""
+    shown = sorted({name for name in UNTRAINED_HEADS if any(name in r and r.endswith(UNTRAINED) for r in rows)})
+    return [f"(untrained head): {name} is a {UNTRAINED_HEADS[name]}, never fine-tuned: its order is a random function of "
+            "the text, a floor for the trained rows, not a base reranker." for name in shown]
 
 
 DERIVED: dict[str, Callable[[pd.Series], str]] = {"system": system_label, "loss_label": loss_label}
@@ -188,7 +201,7 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
         a, b = spec.drop
         for m in spec.metrics:
             values[(f"drop {a}-{b} (pp)", m)] = values[(a, m)] - values[(b, m)]
-    table = Table(spec, values, missing)
+    table = Table(spec, values, missing, notes=untrained_note(rows))
     if with_significance and spec.significance_vs in rows:
         _mark_significance(table, chosen, run_root)
     return table

@@ -1,6 +1,9 @@
 """Cross-encoder scoring heads, trainable and usable at evaluation.
 
-* ``seq_cls``: an ordinary sequence-classification cross-encoder (one logit per (query, skill) pair);
+* ``seq_cls``: an ordinary sequence-classification cross-encoder (one logit per (query, skill) pair); with
+  ``query_max_tokens`` the query is cut to that many tokens first and the skill keeps the rest of ``max_length``
+  (a long task description otherwise shares the budget evenly and leaves the skill little more than its name and
+  description), else the tokenizer's ``longest_first``;
 * ``causal_lm``: Qwen3-Reranker style: the pair is written into a yes/no judging prompt and the score
   is logit("yes") - logit("no") at the last position (inputs left-padded so that is position -1);
   ``sigmoid`` of it is P("yes") against "no", so the order is the same. Prompt formats: ``qwen3``
@@ -27,6 +30,18 @@ QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 RELEASE_FORMATS = {"flat-full": "\n\n", "flat-nd": "\n\n", "struct": "\n\n", "skillret": "\n"}  # prompt lines' separator
+
+
+def _longest_first(q: int, d: int, budget: int) -> tuple[int, int]:
+    """What the tokenizer's ``longest_first`` keeps of a pair: a token at a time from the longer (the second on a tie)."""
+    over = q + d - budget
+    if over <= 0:
+        return q, d
+    if abs(q - d) >= over:
+        return (q - over, d) if q > d else (q, d - over)
+    rest = over - abs(q - d)
+    low = min(q, d)
+    return low - rest // 2, low - (rest - rest // 2)
 
 
 class PairScorer(nn.Module):
@@ -106,6 +121,7 @@ class PairScorer(nn.Module):
                     spans.append([(len(prefix) + j, a - start, b - start)
                                   for j, (a, b) in enumerate(enc["offset_mapping"][i]) if a >= start and b > a])
         else:
+            queries = self.capped(queries)
             heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
             enc = tok(docs, add_special_tokens=False, return_offsets_mapping=offsets)
             for i, (head, doc) in enumerate(zip(heads, enc["input_ids"])):
@@ -117,6 +133,36 @@ class PairScorer(nn.Module):
                                   for j, (a, b) in enumerate(enc["offset_mapping"][i][:kept]) if b > a])
         return rows, spans
 
+    def capped(self, queries: list[str]) -> list[str]:
+        """The queries cut to ``query_max_tokens`` tokens (as text: a prefix of the query), when that is set."""
+        cap = self.spec.query_max_tokens
+        if not cap:
+            return list(queries)
+        enc = self.tokenizer(list(queries), add_special_tokens=False, truncation=True, max_length=cap,
+                             return_offsets_mapping=True)
+        return [q[: offs[-1][1]] if offs else "" for q, offs in zip(queries, enc["offset_mapping"])]
+
+    def _seq_cls_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
+        truncation = "only_second" if self.spec.query_max_tokens else "longest_first"
+        return self.tokenizer(self.capped(queries), docs, truncation=truncation, max_length=self.spec.max_length,
+                              padding=True, return_tensors="pt")
+
+    def kept_tokens(self, queries: list[str], docs: list[str]) -> list[tuple[int, int, int, int]]:
+        """Per pair ``(query tokens, kept, skill tokens, kept)``: what truncation leaves the model of each."""
+        tok = self.tokenizer
+        q_total = [len(r) for r in tok(list(queries), add_special_tokens=False)["input_ids"]]
+        d_total = [len(r) for r in tok(list(docs), add_special_tokens=False)["input_ids"]]
+        if self.spec.head == "seq_cls":
+            budget = self.spec.max_length - tok.num_special_tokens_to_add(pair=True)
+            cap = self.spec.query_max_tokens
+            kept = [(min(q, cap), min(d, budget - min(q, cap))) if cap else _longest_first(q, d, budget)
+                    for q, d in zip(q_total, d_total)]
+            return [(q, qk, d, dk) for q, d, (qk, dk) in zip(q_total, d_total, kept)]
+        rows, spans = self.causal_rows(queries, docs, offsets=True)
+        d_kept = [len(s) for s in spans]
+        q_kept = [len(r) for r in tok(self.capped(queries), add_special_tokens=False)["input_ids"]]
+        return list(zip(q_total, q_kept, d_total, d_kept))
+
     def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
         """Token ids of each pair's yes/no prompt (:meth:`causal_rows`), left-padded."""
         return self.tokenizer.pad({"input_ids": self.causal_rows(queries, docs)[0]}, padding=True, return_tensors="pt")
@@ -124,8 +170,7 @@ class PairScorer(nn.Module):
     def forward(self, queries: list[str], docs: list[str]) -> Tensor:
         """``[N]`` scores for N pairs."""
         if self.spec.head == "seq_cls":
-            enc = self.tokenizer(queries, docs, truncation="longest_first", max_length=self.spec.max_length,
-                                 padding=True, return_tensors="pt").to(self.model.device)
+            enc = self._seq_cls_inputs(queries, docs).to(self.model.device)
             return self.model(**enc).logits[:, 0]
         enc = self._causal_inputs(queries, docs).to(self.model.device)
         logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]  # the LM head at the last position only

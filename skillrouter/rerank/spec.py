@@ -14,4 +14,5 @@ class RerankerSpec:
     batch_size: int = 32
     prompt_format: str = "qwen3"  # qwen3 | flat-full | flat-nd | struct | r3 | skillret (see skillrouter.fields)
     body_max_tokens: int = 4096   # st_cross_encoder: body segment cut (R3)
+    query_max_tokens: int | None = None  # seq_cls / qwen3 prompts: the query is cut to this first, the skill gets the rest
     trust_remote_code: bool = False

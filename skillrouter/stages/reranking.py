@@ -6,6 +6,7 @@ judge) sees the whole head at once, so it keeps one stage per K."""
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict
 from typing import Any, Callable, Mapping, Sequence
 
@@ -59,14 +60,32 @@ def _build_scores(ctx: BuildContext) -> dict[str, Any]:
 
     spec = RerankerSpec(**ctx.stage.options["spec"])
     scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
+    kept: list[tuple[int, int, int, int]] = []
     with progress(len(rankings), f"score top-{depth} pairs", "queries", ctx.progress) as bar, \
             open(ctx.out / SCORES, "w", encoding="utf-8") as fh:
         for r in rankings:
             ids = r.ids[:depth]
-            scores = scorer.score([qtexts.get(r.qid, "")] * len(ids), [texts[i] for i in ids]) if ids else []
+            pairs = [qtexts.get(r.qid, "")] * len(ids), [texts[i] for i in ids]
+            scores = scorer.score(*pairs) if ids else []
+            if ids and hasattr(scorer, "kept_tokens"):
+                kept += scorer.kept_tokens(*pairs)
             fh.write(json.dumps({"qid": r.qid, "ids": ids, "scores": [float(s) for s in scores]}) + "\n")
             bar.update()
-    return {"n_queries": len(rankings), "pairs": sum(min(depth, len(r.ids)) for r in rankings), "items": len(rankings)}
+    return {"n_queries": len(rankings), "pairs": sum(min(depth, len(r.ids)) for r in rankings), "items": len(rankings),
+            **({"truncation": truncation_summary(kept, spec)} if kept else {})}
+
+
+def truncation_summary(kept: list[tuple[int, int, int, int]], spec: RerankerSpec) -> dict[str, Any]:
+    """What the reranker saw of its pairs: median tokens of query and skill before and after truncation, and the
+    share of pairs whose query or skill was cut (at ``max_length``, the query first where ``query_max_tokens`` is set)."""
+    def median(values: list[int]) -> float:
+        return float(statistics.median(values))
+
+    return {"max_length": spec.max_length, "query_max_tokens": spec.query_max_tokens, "pairs": len(kept),
+            "query_tokens": median([k[0] for k in kept]), "query_kept": median([k[1] for k in kept]),
+            "skill_tokens": median([k[2] for k in kept]), "skill_kept": median([k[3] for k in kept]),
+            "queries_cut": round(sum(k[1] < k[0] for k in kept) / len(kept), 4),
+            "skills_cut": round(sum(k[3] < k[2] for k in kept) / len(kept), 4)}
 
 
 def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, query_text: TextSpec, retrieval: Stage,
