@@ -1,10 +1,11 @@
-"""The grid launchers' config schemas, registered with Hydra's ConfigStore (as the submitit plugin
+"""The grid launchers' and sweeper's config schemas, registered with Hydra's ConfigStore (as the submitit plugin
 registers its own): ``hydra/launcher=skillrouter_local`` and ``skillrouter_slurm``, which the profiles
-in ``conf/hydra/launcher/`` (``local``, ``slurm``, ``slurm_dev``) build on."""
+in ``conf/hydra/launcher/`` (``local``, ``slurm``, ``slurm_dev``) build on, and ``hydra/sweeper=skillrouter_basic``."""
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeperConf
 from hydra.core.config_store import ConfigStore
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
@@ -53,3 +54,11 @@ ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_local", n
                              provider="skillrouter")
 ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_slurm", node=SlurmGridLauncherConf,
                              provider="skillrouter")
+
+
+@dataclass
+class GridSweeperConf(BasicSweeperConf):
+    _target_: str = "hydra_plugins.skillrouter_launcher.sweeper.GridSweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="skillrouter_basic", node=GridSweeperConf, provider="skillrouter")

@@ -34,6 +34,7 @@ from ..stages.training import encoder_training, mine, reranker_training
 from ..synth.prompts import template
 from ..train.config import EncoderLoss, TrainConfig
 from ..train.negatives import NegativeCounts
+from .sweep_configs import plain
 
 SYNTH_PREFIX = "synth:"
 BM25_MINING = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
@@ -92,7 +93,7 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
 
 
 def _plain(section: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
+    return plain(section)
 
 
 def agent_spec(agent: DictConfig) -> AgentSpec:
@@ -171,7 +172,7 @@ class CellComposer:
         return output(name, stage)
 
     def _supp_source(self) -> Stage:
-        source = _plain(self.cfg.synth.get("source") or OmegaConf.create({}))
+        source = _plain(self.cfg.synth.get("source") or {})
         files = {"source": "files", "pool": source.get("pool") or self.builtin.get("pool"),
                  "queries": source.get("queries") or self.builtin.get("queries")}
         return self.record("load_data_supp", load_data(files, "easy", False))

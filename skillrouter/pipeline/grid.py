@@ -1,19 +1,18 @@
 """A sweep's cells composed once, up front, into one planned graph: what both grid launchers start from.
 
-Composition is pure (no model, no data parsed beyond fingerprints), so a whole grid plans in a fraction
-of a second. It runs twice: first to find, per pointwise reranker, the deepest ``topk`` of the grid
-(the depth its pair scores are computed to, once), then with those depths."""
+Composition is pure (no model, no data parsed beyond fingerprints) and reads each cell's config through a plain
+view (:mod:`.sweep_configs`), so a 1,000-cell grid plans in seconds; a cell's full config is made when it runs."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Mapping, Sequence
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import filter_overrides
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig
 
 from ..cache.store import StageCache
 from ..stages.graph import Stage
@@ -21,13 +20,17 @@ from .cell import make_cache
 from .compose import CellGraph, compose_cell
 from .llm_server import LLMServer
 from .plan import GridPlan, noop_refusal, plan_grid, render
+from .sweep_configs import CellConfigs, ConfigView, SweepConfigs, plain
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Grid:
-    configs: dict[int, DictConfig]
+    """A planned grid: each cell's full config (made when the cell is launched), the views planning read, the plan."""
+
+    configs: Mapping[int, DictConfig]
+    views: dict[int, ConfigView]
     plan: GridPlan
     cache: StageCache
     sweep_dir: Path
@@ -42,50 +45,44 @@ class Grid:
     def llm_server(self) -> LLMServer | None:
         """The one LLM server of the grid, if a generation stage it has to build needs one."""
         needing = {i for p in self.plan.to_build() if p.stage.llm_server for i in p.cells}
-        servers = {OmegaConf.to_yaml(self.configs[i].llm) for i in needing if self.configs[i].llm.get("server")}
+        servers = {json.dumps(plain(self.views[i].llm), sort_keys=True) for i in needing if self.views[i].llm.get("server")}
         if len(servers) > 1:
             raise ValueError("a grid runs one LLM server: sweep llm over separate grids")
         if not servers:
             return None
-        cfg = self.configs[min(needing)]
-        return LLMServer(OmegaConf.to_container(cfg.llm, resolve=True), cfg.cache_dir)
+        cfg = self.views[min(needing)]
+        return LLMServer(plain(cfg.llm), cfg.cache_dir)
 
 
-def _compose(configs: dict[int, DictConfig], depths: dict[str, int]) -> tuple[dict[int, CellGraph], dict[int, str]]:
+def _compose(views: Mapping[int, ConfigView], depths: dict[str, int]) -> tuple[dict[int, CellGraph], dict[int, str]]:
     graphs, broken = {}, {}
-    for idx, cfg in configs.items():
-        HydraConfig.instance().set_config(cfg)  # ${hydra:...} interpolations (cache_dir) resolve per cell
+    for idx, view in views.items():
         try:
-            graphs[idx] = compose_cell(cfg, depths)
+            graphs[idx] = compose_cell(view, depths)
         except Exception as exc:  # noqa: BLE001 - the cell fails when it runs, with this error; the grid goes on
             broken[idx] = f"{type(exc).__name__}: {exc}"
     return graphs, broken
 
 
-def compose_grid(load: Callable[[list[str]], DictConfig], job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                 sweep_dir: Path) -> Grid:
-    """Every cell's frozen config (``load``: Hydra's sweep-config loader) and the grid's plan."""
-    configs = {}
-    for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-        cfg = load(list(overrides))
-        with read_write(cfg), open_dict(cfg):
-            cfg.hydra.job.id = idx
-            cfg.hydra.job.num = idx
-        configs[idx] = cfg
-    graphs, _ = _compose(configs, {})
+def compose_grid(sweep: SweepConfigs, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path) -> Grid:
+    """Every cell planned from its config's view (:mod:`.sweep_configs`), and the grid's plan. A pointwise
+    reranker's pairs are scored once to the grid's deepest ``topk``: the cells of a shallower one are composed again
+    with that depth."""
+    overrides = {i: list(ov) for i, ov in enumerate(job_overrides, start=initial_job_idx)}
+    views = {i: sweep.view(ov) for i, ov in overrides.items()}
+    graphs, broken = _compose(views, {})
     depths: dict[str, int] = {}
     for graph in graphs.values():
         for identity, topk in graph.pair_groups.items():
             depths[identity] = max(depths.get(identity, 0), topk)
-    graphs, broken = _compose(configs, depths)
-    caches = {str(configs[i].cache_dir) for i in graphs}
+    deeper = {i: views[i] for i, g in graphs.items() if any(depths[k] > t for k, t in g.pair_groups.items())}
+    graphs.update(_compose(deeper, depths)[0])
+    caches = {str(views[i].cache_dir) for i in graphs}
     if len(caches) > 1:
         raise ValueError(f"the cells of one grid share one cache_dir; this grid names {len(caches)}")
-    first = configs[min(graphs)] if graphs else configs[min(configs)]
-    HydraConfig.instance().set_config(first)
-    cache = make_cache(first)
-    overrides = {i: filter_overrides(list(c.hydra.overrides.task)) for i, c in configs.items()}
-    return Grid(configs, plan_grid(graphs, cache, overrides, broken), cache, sweep_dir)
+    cache = make_cache(views[min(graphs)] if graphs else views[min(views)])
+    task = {i: filter_overrides(sweep.task(ov)) for i, ov in overrides.items()}
+    return Grid(CellConfigs(sweep, overrides), views, plan_grid(graphs, cache, task, broken), cache, sweep_dir)
 
 
 def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -98,15 +95,14 @@ def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    loader = hydra_context.config_loader
-    grid = compose_grid(lambda ov: loader.load_sweep_config(config, ov), job_overrides, initial_job_idx, sweep_dir)
+    grid = compose_grid(SweepConfigs(hydra_context.config_loader, config), job_overrides, initial_job_idx, sweep_dir)
     return grid if plan_or_refuse(grid) else None
 
 
 def plan_or_refuse(grid: Grid) -> bool:
     """Write ``plan.json``; print the plan. True when the grid should run: not ``plan=true``, and not a
     grid whose swept overrides change nothing (that ends here, in one line, exit status 2)."""
-    cfg: Any = next(iter(grid.configs.values()))
+    cfg: Any = next(iter(grid.views.values()))
     path = grid.plan.write(grid.sweep_dir)
     if cfg.plan:
         print(render(grid.plan))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
@@ -29,6 +29,20 @@ from ..data.types import Dataset
 from .kinds import KINDS
 
 RESOURCES = ("gpu", "cpu", "llm", "agent")
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_dict(spec: Any) -> dict[str, Any]:
+    return asdict(spec)
+
+
+def spec_dict(spec: Any) -> dict[str, Any]:
+    """``dataclasses.asdict`` of a frozen spec (an encoder, a text rendering, a training config), made once per
+    distinct spec: a grid builds the same specs in every cell. Shared: read it, never change it."""
+    try:
+        return _spec_dict(spec)
+    except TypeError:  # not hashable
+        return asdict(spec)
 
 
 @dataclass(frozen=True)

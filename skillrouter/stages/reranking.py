@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict
 from typing import Any, Callable, Mapping, Sequence
 
 from ..fields import TextSpec
@@ -18,7 +17,7 @@ from ..rerank.reorder import rerank_top_k
 from ..rerank.spec import RerankerSpec
 from ..progress import progress
 from .data import read_descriptions
-from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 from .retrieval import skill_text
 
 SCORES = "scores.jsonl"
@@ -92,11 +91,11 @@ def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, q
                 data: Stage, model: Stage | None = None, oracle: FileRef | None = None) -> Stage:
     """A pointwise reranker's score of each query's first ``depth`` retrieved candidates."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    identity = {k: v for k, v in asdict(spec).items() if k != "batch_size"}
+    identity = {k: v for k, v in spec_dict(spec).items() if k != "batch_size"}
     params = {"reranker": {"trained": trained, **identity}, "depth": depth, "text": skill_text(text),
-              "query_text": asdict(query_text), "files": names}
+              "query_text": spec_dict(query_text), "files": names}
     return Stage("score_pairs", _build_scores, params,
-                 inputs={"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **refs}, files=files, resource="gpu", options={"spec": asdict(spec), "paths": paths},
+                 inputs={"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **refs}, files=files, resource="gpu", options={"spec": spec_dict(spec), "paths": paths},
                  items=Items("data", "n_queries", "depth"), code=(SCORERS,))
 
 
@@ -130,7 +129,7 @@ def judge_rerank(judge: Mapping[str, Any], k: int, text: TextSpec, query_text: T
     """An LLM judge picks one of each query's top ``k`` (listwise: one stage per K)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"reranker": {"model": judge["model"], "max_chars_per_skill": judge["max_chars_per_skill"]}, "k": k,
-              "text": skill_text(text), "query_text": asdict(query_text), "files": names}
+              "text": skill_text(text), "query_text": spec_dict(query_text), "files": names}
     endpoint = {"url": judge["url"], "api_key_env": judge["api_key_env"], "timeout": judge["timeout"]}
     return Stage("rerank", _build_judge, params, inputs={"retrieval": retrieval, "data": data, **refs}, files=files, resource="llm", options={"endpoint": endpoint, "paths": paths},
                  items=Items("data", "n_queries"), code=(reorder_module.__name__, judge_module.__name__))

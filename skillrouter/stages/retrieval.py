@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
 from ..train.pairs import TrainExample
 from .data import read_descriptions, read_examples
-from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 
 SUBSETS = ("all", "training")  # the whole pool, or without Hard-tier distractors (what training mines from)
 QUERY_SETS = ("benchmark", "training")
@@ -38,7 +37,7 @@ def train_queries(examples: list[TrainExample]) -> list[Query]:
 
 def skill_text(spec: TextSpec) -> dict[str, Any]:
     """The part of a rendering spec that shapes skill texts (the query settings do not)."""
-    return {k: v for k, v in asdict(spec).items() if k not in ("query_cap", "query_instruction")}
+    return {k: v for k, v in spec_dict(spec).items() if k not in ("query_cap", "query_instruction")}
 
 
 def rendered_pool(ctx: BuildContext) -> tuple[list[str], list[str]]:
@@ -71,7 +70,7 @@ def encoder_model(ctx: BuildContext):
 
 
 def _identity(spec: EncoderSpec) -> dict[str, Any]:
-    return {k: v for k, v in asdict(spec).items() if k not in EXECUTION_ONLY}
+    return {k: v for k, v in spec_dict(spec).items() if k not in EXECUTION_ONLY}
 
 
 def _build_export(ctx: BuildContext) -> dict[str, Any]:
@@ -87,7 +86,7 @@ def _build_export(ctx: BuildContext) -> dict[str, Any]:
 
 def export_onnx(spec: EncoderSpec, model: Stage | None) -> Stage:
     """An encoder's ONNX Runtime export (``encoder.backend=onnx|onnx-int8``), made once per model."""
-    return Stage("export_onnx", _build_export, _identity(spec), inputs={"model": model} if model else {}, resource="cpu", options={"spec": asdict(spec)}, code=(onnx_backend.__name__,))
+    return Stage("export_onnx", _build_export, _identity(spec), inputs={"model": model} if model else {}, resource="cpu", options={"spec": spec_dict(spec)}, code=(onnx_backend.__name__,))
 
 
 def _model_inputs(model: Stage | None, onnx: Stage | None) -> dict[str, Stage]:
@@ -142,7 +141,7 @@ def embed_pool(spec: EncoderSpec, text: TextSpec, data: Stage, subset: str, orac
     params = {"encoder": _identity(spec), "text": skill_text(text), "subset": subset, "files": names}
     inputs = {"data": data, **refs, **_model_inputs(model, onnx)}
     common = dict(inputs=inputs, files=files, resource="gpu", code=(dense_module.__name__,),
-                  options={"spec": asdict(spec), "paths": paths},
+                  options={"spec": spec_dict(spec), "paths": paths},
                   items=Items("data", "n_training_pool" if subset == "training" else "n_skills"))
     if shards <= 1:
         return Stage("embed_pool", _build_embed, params, **common)
@@ -200,10 +199,10 @@ def retrieve_dense(spec: EncoderSpec, query_text: TextSpec, pool: Stage, data: S
                    pairs: Stage | None = None, model: Stage | None = None, onnx: Stage | None = None) -> Stage:
     """Top-k of the embedded pool per query. Cheap (seconds next to embedding the pool): on a cluster it
     runs in the job that embedded the pool."""
-    params = {"encoder": {k: v for k, v in asdict(spec).items() if k not in ("batch_size", "max_tokens")}, "k": k,
-              "queries": queries, "query_text": asdict(query_text)}
+    params = {"encoder": {k: v for k, v in spec_dict(spec).items() if k not in ("batch_size", "max_tokens")}, "k": k,
+              "queries": queries, "query_text": spec_dict(query_text)}
     return Stage("retrieve", _build_dense, params, inputs={"pool": pool, **_query_inputs(queries, data, pairs),
-                                                           **_model_inputs(model, onnx)}, resource="gpu", cheap=True, options={"spec": asdict(spec)},
+                                                           **_model_inputs(model, onnx)}, resource="gpu", cheap=True, options={"spec": spec_dict(spec)},
                  items=_query_items(queries), code=(dense_module.__name__, index_module.__name__))
 
 
@@ -212,6 +211,6 @@ def retrieve_bm25(bm25: dict[str, Any], text: TextSpec, query_text: TextSpec, da
     """BM25 top-k over the rendered pool: a CPU stage, never on a GPU."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"encoder": bm25, "k": k, "queries": queries, "subset": subset, "text": skill_text(text),
-              "query_text": asdict(query_text), "files": names}
+              "query_text": spec_dict(query_text), "files": names}
     return Stage("retrieve", _build_bm25, params, inputs={**_query_inputs(queries, data, pairs), **refs}, files=files, resource="cpu", options={"paths": paths},
                  items=_query_items(queries), code=(bm25_module.__name__,))

@@ -5,7 +5,6 @@ trained model serves both tiers."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,7 +20,7 @@ from ..train.fn_filter import FalseNegativeFilter
 from ..train.negatives import NegativeCounts, mine_negatives
 from ..train.pairs import TrainExample
 from .data import read_descriptions, read_examples
-from .graph import BuildContext, FileRef, Items, Stage, file_inputs
+from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 from .reranking import SCORERS
 from .retrieval import skill_text
 
@@ -69,7 +68,7 @@ def mine(counts: NegativeCounts, fn_filter: Mapping[str, Any], seed: int, data: 
     """Hard negatives per training query from four sources (semantic and lexical neighbours, same and
     other category), each pick admitted by the three-layer false-negative filter (same name, body
     trigram Jaccard, base-embedding cosine), removals counted per layer."""
-    params = {"negatives": asdict(counts), "fn_filter": dict(fn_filter), "seed": seed}
+    params = {"negatives": spec_dict(counts), "fn_filter": dict(fn_filter), "seed": seed}
     return Stage("mine_negatives", _build_mining, params,
                  inputs={"data": data, "pairs": pairs, "semantic": semantic, "lexical": lexical, "pool": base_pool}, resource="cpu", items=Items("pairs", "n_examples"),
                  code=(negatives_module.__name__, fn_filter_module.__name__))
@@ -111,8 +110,8 @@ def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, t
     ``train.mini_batch`` is an option, not a param: cached gradients are the same gradients (to float
     tolerance), so it does not change the key, as ``embed.shards`` does not."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    params = {"base": asdict(spec), "loss": asdict(loss), "train": _keyed(train), "text": skill_text(text),
-              "query_text": asdict(query_text), "files": names}
+    params = {"base": spec_dict(spec), "loss": spec_dict(loss), "train": _keyed(train), "text": skill_text(text),
+              "query_text": spec_dict(query_text), "files": names}
     return Stage("train_encoder", _build_encoder, params,
                  inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True,
                  options={"paths": paths, "mini_batch": train.mini_batch},
@@ -123,7 +122,7 @@ def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, t
 def _keyed(train: TrainConfig) -> dict[str, Any]:
     """What a training's key reads of its config: everything but how a step is split into forward passes
     and how its progress is shown."""
-    return {k: v for k, v in asdict(train).items() if k not in ("mini_batch", "show_progress")}
+    return {k: v for k, v in spec_dict(train).items() if k not in ("mini_batch", "show_progress")}
 
 
 def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
@@ -144,7 +143,7 @@ def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainC
     """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates
     (``train.mini_batch``: pairs per forward pass, an option like the encoder's)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    params = {"base": asdict(spec), "loss": dict(loss), "train": _keyed(train), "list_size": list_size,
+    params = {"base": spec_dict(spec), "loss": dict(loss), "train": _keyed(train), "list_size": list_size,
               "text": skill_text(text), "files": names}
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
