@@ -209,3 +209,15 @@ def test_planning_and_a_stage_job_start_without_the_training_libraries():
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_submission_waves_group_siblings_into_arrays_cut_at_the_queue_cap():
+    from skillrouter.pipeline.execute.slurm import Unit, submission_waves
+    from skillrouter.stages.graph import Stage
+
+    shards = [Unit([Stage("embed_shard", lambda ctx: None, {"i": i}, resource="gpu")]) for i in range(5)]
+    merge = Unit([Stage("retrieve", lambda ctx: None, {"k": 1}, resource="gpu")], deps=[0, 1, 2, 3, 4])
+    mine = Unit([Stage("mine_negatives", lambda ctx: None, {"k": 1})], deps=[5])
+    units = [*shards, merge, mine]
+    assert submission_waves(units, {}) == [[[0, 1, 2, 3, 4]], [[5]], [[6]]]
+    assert submission_waves(units, {}, max_queued=2) == [[[0, 1], [2, 3], [4]], [[5]], [[6]]]

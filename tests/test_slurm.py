@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -238,6 +239,13 @@ def test_cell_over_its_memory_limit_is_recorded_failed_and_the_grid_finishes(slu
     assert runs["bm25"]["status"] == "completed" and runs["minilm"]["status"] == "failed"
     assert "Exceeded job memory limit" in runs["minilm"]["error"] or "memory" in runs["minilm"]["error"].lower()
     assert "2 cells: 1 completed, 1 failed" in proc.stdout
+    # the override that fixes it, and the peak it had reached, in the cell's error and in `status`
+    fix = re.search(r"it had reached (\d+\.\d) GB against its 1\.0 GB limit; fix: "
+                    r"\+\+hydra\.launcher\.resources\.kinds\.embed_pool\.mem_gb=(\d+)", runs["minilm"]["error"])
+    assert fix and float(fix.group(1)) >= 1.0 and int(fix.group(2)) >= 2, runs["minilm"]["error"]
+    status = subprocess.run([sys.executable, "-m", "skillrouter.pipeline.status", str(tmp_path / "grid")], cwd=ROOT,
+                            env=slurm_env, capture_output=True, text=True)
+    assert f"kinds.embed_pool.mem_gb={fix.group(2)}" in status.stdout, status.stdout
     reliability_row("a cell over its SLURM --mem limit", f"SLURM killed the job; the grid recorded the cell as failed "
                     f"({runs['minilm']['error'][:80]}...) and finished the other cell",
                     "nothing (the other cell finished; the over-limit cell is recorded as failed with SLURM's reason)", time.perf_counter() - t0)
@@ -495,3 +503,22 @@ def test_downstream_trials_run_as_agent_class_jobs_and_match_the_routers_ranking
     # none waits for nothing but the data: a job of its own; a routed condition may follow the retrieval it reads in
     # that job (the dev profile gives both classes the same resources: one job start saved)
     assert "sr-agent_trials" in {jobs[r["job_id"]]["JobName"] for r in journal}
+
+
+def test_a_capped_queue_splits_the_array_and_waits_for_room(slurm_env, tmp_path):
+    """``hydra.launcher.max_queued=2`` with four pool shards: the plan says so, the four shard stages go out as two
+    arrays of two, the second submitted only once the first left room in the queue; the cell scores as usual."""
+    proc = launch(slurm_env, tmp_path / "grid", tmp_path / "c", "encoder=minilm", "embed.shards=4", "hydra.launcher.max_queued=2")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    submission = json.loads((tmp_path / "grid" / "plan.json").read_text())["submission"]
+    assert submission["max_queued"] == 2 and submission["arrays"] == 2
+    arrays: dict[str, list[str]] = {}
+    for r in _journal(tmp_path / "grid"):
+        if r["stage"] == "embed_shard":
+            arrays.setdefault(r["job_id"].split("_")[0], []).append(r["job_id"])
+    assert sorted(len(v) for v in arrays.values()) == [2, 2]
+    jobs = {j["JobId"]: j for j in _scontrol_jobs(slurm_env)}
+    first, second = sorted(arrays, key=int)
+    first_ends = max(j["EndTime"] for j in jobs.values() if j.get("ArrayJobId") == first)
+    second_submitted = min(j["SubmitTime"] for j in jobs.values() if j.get("ArrayJobId") == second)
+    assert second_submitted >= first_ends, "the second array waited for room in the queue"

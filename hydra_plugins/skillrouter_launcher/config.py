@@ -48,6 +48,7 @@ class SlurmGridLauncherConf(SlurmQueueConf):
     _target_: str = "hydra_plugins.skillrouter_launcher.slurm_launcher.SlurmGridLauncher"
     resources: ResourceClasses = field(default_factory=ResourceClasses)
     score_cells_per_job: int = 8  # stage dispatch: cells scored by one task of the scoring array
+    max_queued: Optional[int] = None  # at most this many of the grid's jobs in the queue (a cluster's per-user cap)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="skillrouter_local", node=LocalGridLauncherConf,

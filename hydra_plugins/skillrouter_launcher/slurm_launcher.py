@@ -73,15 +73,16 @@ def refusal_line(what: str, stderr: str, resource: str) -> str:
 def lost_job_reason(job: Any) -> str:
     """SLURM's account of a job that died outside its cell: its state and slurmstepd's own words
     (a memory or time limit) when it left any, else the last error line of the job's output."""
-    from skillrouter.pipeline.execute.slurm_jobs import stepd_reason
+    from skillrouter.pipeline.execute.slurm_jobs import memory_fix, stepd_reason
 
     said = stepd_reason(str(job.paths.stderr))
+    fix = memory_fix(str(job.paths.stderr), "hydra.launcher.mem_gb")
     if not said:
         try:
             said = next((ln.strip() for ln in reversed((job.stderr() or "").splitlines()) if "error" in ln.lower()), None)
         except OSError:
             said = None
-    return f"SLURM job {job.job_id} {job.state}" + (f": {said}" if said else "")
+    return f"SLURM job {job.job_id} {job.state}" + (f": {said}" if said else "") + (f"; {fix}" if fix else "")
 
 
 def cell_resource(graph: Any) -> str:
@@ -138,12 +139,12 @@ class SlurmGridLauncher(SlurmLauncher):
         from skillrouter.tracking.grid_run import log_grid
 
         assert self.config is not None and self.hydra_context is not None
-        grid = launch_grid(self.config, self.hydra_context, job_overrides, initial_job_idx)
+        grid = launch_grid(self.config, self.hydra_context, job_overrides, initial_job_idx, self.describe)
         if grid is None:
             return []
         sweep_dir = grid.sweep_dir
-        self.frozen = grid.configs
-        dispatch = str(next(iter(grid.configs.values())).dispatch)
+        self.frozen = dict(grid.configs.items())  # every cell's full config, frozen now: the jobs carry them
+        dispatch = str(next(iter(grid.views.values())).dispatch)
         if dispatch not in DISPATCH:
             raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
         server = grid.llm_server()
@@ -160,6 +161,25 @@ class SlurmGridLauncher(SlurmLauncher):
                 server.stop()
         log_grid(next(iter(grid.configs.values())), sweep_dir)
         return results
+
+    def describe(self, grid: Any) -> dict[str, Any]:
+        """What the grid will submit (the plan says it before anything is): jobs, job arrays, submissions, the
+        cells' scoring arrays, and the limits they respect."""
+        from skillrouter.pipeline.execute.slurm import plan_units, same_resources, scoring_groups, submission_waves
+
+        view: Any = next(iter(grid.views.values()))
+        limits = {"max_queued": self.params.get("max_queued"), "array_parallelism": self.params.get("array_parallelism")}
+        if str(view.dispatch) == "cell":
+            classes = {cell_resource(grid.graphs.get(i)) for i in grid.views}
+            return {"dispatch": "cell", "jobs": len(grid.views), "arrays": len(classes), **limits}
+        units = plan_units(grid.plan, same_resources(self._classes()))
+        waves = submission_waves(units, self._classes(), self.params.get("max_queued"))
+        unit_of = {s.key: str(i) for i, u in enumerate(units) for s in u.stages}
+        size = max(1, int(self.params.get("score_cells_per_job") or 1))
+        scoring = scoring_groups(grid.views, grid.graphs, unit_of)
+        return {"dispatch": "stage", "jobs": len(units), "submissions": sum(len(w) for w in waves),
+                "arrays": sum(1 for w in waves for members in w if len(members) > 1), "waves": len(waves),
+                "scoring_arrays": len(scoring), "scoring_tasks": sum(-(-len(c) // size) for c in scoring.values()), **limits}
 
     # -- submission ----------------------------------------------------------------------------------
     def _base(self) -> dict[str, Any]:
@@ -220,7 +240,7 @@ class SlurmGridLauncher(SlurmLauncher):
         params = self._base()
         job = StageJob(str(grid.cache.root), str(sweep_dir), bool(cfg.progress), grid.cache.stale_after,
                        grid.cache.verify_after_days, TrackingSettings.of(cfg, sweep_dir.name))
-        dispatcher = SlurmStageDispatch(params["submitit_folder"], params, self._classes(), job)
+        dispatcher = SlurmStageDispatch(params["submitit_folder"], params, self._classes(), job, params.get("max_queued"))
         units = plan_units(grid.plan, same_resources(self._classes()))
         try:
             submitted = dispatcher.submit(units)

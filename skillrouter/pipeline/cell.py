@@ -43,7 +43,7 @@ from ..tracking.settings import TrackingSettings
 from .compose import CellGraph, compose_cell
 from .execute.build import Builder, MissingInput, StageFailed
 from .execute.local import LocalExecutor
-from .execute.slurm_jobs import job_state, stepd_reason
+from .execute.slurm_jobs import job_state, memory_fix, stepd_reason
 from .journal import StageJournal
 from .llm_server import LLMServer
 from .provenance import provenance
@@ -120,7 +120,9 @@ def _root_cause(missing: Stage, grid: GridRun, journal: StageJournal) -> StageFa
     if not job:
         return StageFailed(stage, "it was never built")
     said = stepd_reason(grid.logs.get(stage.key))
-    return StageFailed(stage, f"its SLURM job {job} ended without building it: {job_state(job)}" + (f": {said}" if said else ""))
+    fix = memory_fix(grid.logs.get(stage.key), f"++hydra.launcher.resources.kinds.{stage.kind}.mem_gb")
+    return StageFailed(stage, f"its SLURM job {job} ended without building it: {job_state(job)}" + (f": {said}" if said else "")
+                       + (f"; {fix}" if fix else ""))
 
 
 class CellRun:

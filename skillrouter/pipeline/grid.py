@@ -9,7 +9,7 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hydra.core.utils import filter_overrides
 from omegaconf import DictConfig
@@ -85,10 +85,11 @@ def compose_grid(sweep: SweepConfigs, job_overrides: Sequence[Sequence[str]], in
     return Grid(CellConfigs(sweep, overrides), views, plan_grid(graphs, cache, task, broken), cache, sweep_dir)
 
 
-def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-                ) -> Grid | None:
+def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                describe: Callable[[Grid], dict[str, Any]] | None = None) -> Grid | None:
     """What a grid launcher does first: Hydra's globals and logging, the sweep folder, every cell composed
-    and the grid planned (:func:`plan_or_refuse`); None when nothing is to run (``plan=true``)."""
+    and the grid planned (:func:`plan_or_refuse`; ``describe``: what the launcher will submit, for the plan);
+    None when nothing is to run (``plan=true``)."""
     from hydra.core.utils import configure_log, setup_globals
 
     setup_globals()
@@ -96,6 +97,8 @@ def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     grid = compose_grid(SweepConfigs(hydra_context.config_loader, config), job_overrides, initial_job_idx, sweep_dir)
+    if describe is not None:
+        grid.plan.submission = describe(grid)
     return grid if plan_or_refuse(grid) else None
 
 

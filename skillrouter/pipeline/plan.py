@@ -65,6 +65,7 @@ class GridPlan:
     noops: list[NoOp] = field(default_factory=list)
     duplicates: list[list[int]] = field(default_factory=list)
     broken: dict[int, str] = field(default_factory=dict)  # cells whose config could not be composed
+    submission: dict[str, Any] | None = None  # what the launcher will submit (SLURM: jobs, arrays, limits)
 
     def to_build(self) -> list[PlannedStage]:
         return [p for p in self.stages if p.to_build]
@@ -95,6 +96,7 @@ class GridPlan:
             "noop_overrides": [{"key": n.key, "values": n.values, "why": n.why()} for n in self.noops],
             "one_computation": self.duplicates,
             "broken_cells": {str(k): v for k, v in self.broken.items()},
+            **({"submission": self.submission} if self.submission else {}),
             "created": time.time(),
         }
 
@@ -255,6 +257,13 @@ def render(plan: GridPlan, full: bool = True) -> str:
         lines.append(f"  agent trials: {t['agent_trials'] - t['agent_trials_cached']:.0f} to run "
                      f"({t['agent_trials']:.0f} in the conditions to build, {t['agent_trials_cached']:.0f} in the cache), "
                      f"at most {t['agent_hours']:.1f} agent-hours under their task.toml timeouts")
+    if plan.submission:
+        sub = plan.submission
+        shape = (f"{sub['jobs']} jobs in {sub['submissions']} submissions ({sub['arrays']} job arrays) over {sub['waves']} "
+                 f"waves, then {sub['scoring_tasks']} scoring tasks in {sub['scoring_arrays']} arrays"
+                 if sub["dispatch"] == "stage" else f"{sub['jobs']} cell jobs in {sub['arrays']} arrays")
+        lines.append(f"  SLURM: {shape}; at most {sub['max_queued'] or 'any number of'} jobs queued at once, "
+                     f"{sub['array_parallelism'] or 'all'} tasks of an array running at once")
     lines += [f"  no effect: {n.key}={','.join(n.values)}: {n.why()}" for n in plan.noops]
     lines += [f"  one computation: cells {', '.join(f'#{c}' for c in d)} (their graphs end in one key)"
               for d in plan.duplicates]

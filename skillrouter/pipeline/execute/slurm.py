@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -34,7 +35,7 @@ from ...tracking.settings import TrackingSettings
 from ..journal import TERMINAL, StageJournal
 from ..plan import GridPlan
 from .build import Builder
-from .slurm_jobs import job_state, leave_quickly
+from .slurm_jobs import job_state, leave_quickly, memory_fix
 
 log = logging.getLogger(__name__)
 RESOURCE_KEYS = ("gpus", "cpus", "mem_gb", "timeout_min", "partition", "nodes", "tasks_per_node")
@@ -254,11 +255,54 @@ class Submitted:
         return {s.key: str(self.jobs[i].paths.stderr) for i, u in enumerate(self.units) for s in u.stages}
 
 
-class SlurmStageDispatch:
-    """Submits a plan's units in waves: a unit goes out once every unit it depends on has a job id."""
+def submission_waves(units: list[Unit], classes: Mapping[str, Any], max_queued: int | None = None) -> list[list[list[int]]]:
+    """How the units go out: in waves (a unit once every unit it depends on has gone), each wave a list of
+    submissions — sibling units (same kind, resources and dependencies) as one job array, cut into arrays of at most
+    ``max_queued`` jobs."""
+    done: set[int] = set()
+    waves = []
+    waiting = list(range(len(units)))
+    while waiting:
+        ready = [i for i in waiting if all(d in done for d in units[i].deps)]
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i in ready:
+            u = units[i]
+            res = resources_for(u.primary.kind, u.primary.resource, classes)
+            groups[(u.primary.kind, u.primary.resource, tuple(sorted(res.items(), key=str)), tuple(sorted(u.deps)))].append(i)
+        size = max_queued or max(len(g) for g in groups.values())
+        waves.append([members[j:j + size] for members in groups.values() for j in range(0, len(members), size)])
+        done |= set(ready)
+        waiting = [i for i in waiting if i not in done]
+    return waves
 
-    def __init__(self, folder: str, params: Mapping[str, Any], classes: Mapping[str, Any], job: StageJob):
+
+def queued(job_ids: Sequence[str]) -> int:
+    """How many of these jobs (array tasks counted one by one) SLURM still holds pending or running."""
+    if not job_ids:
+        return 0
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len(out.split())
+
+
+class SlurmStageDispatch:
+    """Submits a plan's units in waves (:func:`submission_waves`); with ``max_queued``, a submission waits until the
+    grid's jobs still in the queue leave room for it (a cluster's cap on queued jobs per user)."""
+
+    def __init__(self, folder: str, params: Mapping[str, Any], classes: Mapping[str, Any], job: StageJob,
+                 max_queued: int | None = None, poll_s: float = 5.0):
         self.folder, self.params, self.classes, self.job = folder, params, classes, job
+        self.max_queued, self.poll_s = max_queued, poll_s
+
+    def _room_for(self, n: int, jobs: Mapping[int, Any]) -> None:
+        if not self.max_queued:
+            return
+        ids = [str(j.job_id).split("_")[0] for j in jobs.values()]
+        while queued(sorted(set(ids))) + n > self.max_queued:
+            time.sleep(self.poll_s)
 
     def submit(self, units: list[Unit]) -> Submitted:
         """Submit every unit; a refused submission raises submitit's ``FailedJobError`` with the units
@@ -266,18 +310,13 @@ class SlurmStageDispatch:
         import submitit
 
         jobs: dict[int, Any] = {}
-        waiting = list(range(len(units)))
-        while waiting:
-            ready = [i for i in waiting if all(d in jobs for d in units[i].deps)]
-            groups: dict[tuple, list[int]] = defaultdict(list)
-            for i in ready:
-                u = units[i]
-                deps = tuple(sorted(str(jobs[d].job_id) for d in u.deps))
-                res = resources_for(u.primary.kind, u.primary.resource, self.classes)
-                groups[(u.primary.kind, u.primary.resource, tuple(sorted(res.items(), key=str)), deps)].append(i)
-            for (kind, resource, _, deps), members in groups.items():
-                executor = make_executor(self.folder, self.params, self.classes, kind, resource,
+        for wave in submission_waves(units, self.classes, self.max_queued):
+            for members in wave:
+                u = units[members[0]]
+                deps = sorted(str(jobs[d].job_id) for d in u.deps)
+                executor = make_executor(self.folder, self.params, self.classes, u.primary.kind, u.primary.resource,
                                          "afterok:" + ":".join(deps) if deps else None)
+                self._room_for(len(members), jobs)
                 try:
                     submitted = (executor.map_array(self.job, [units[i] for i in members]) if len(members) > 1
                                  else [executor.submit(self.job, units[members[0]])])
@@ -286,8 +325,7 @@ class SlurmStageDispatch:
                     raise
                 for i, job in zip(members, submitted):
                     jobs[i] = job
-                    log.info("submitted %s as SLURM job %s (%s)", units[i].label, job.job_id, resource)
-            waiting = [i for i in waiting if i not in jobs]
+                    log.info("submitted %s as SLURM job %s (%s)", units[i].label, job.job_id, u.primary.resource)
         return Submitted(units, jobs)
 
 
@@ -312,8 +350,9 @@ def reconcile(submitted: Submitted, journal: StageJournal) -> None:
             rec = journal.read(stage) or {}
             if rec.get("state") not in TERMINAL:
                 state = job_state(str(job.job_id))
+                fix = memory_fix(str(job.paths.stderr), f"++hydra.launcher.resources.kinds.{stage.kind}.mem_gb")
                 journal.write(stage, "cancelled" if state.startswith("CANCELLED") else "failed", job_id=str(job.job_id),
-                              error=f"SLURM job {job.job_id}: {state}")
+                              error=f"SLURM job {job.job_id}: {state}" + (f"; {fix}" if fix else ""))
 
 
 def wait_all(jobs: Sequence[Any], poll_s: float = 1.0, force_every_s: float = 10.0) -> None:

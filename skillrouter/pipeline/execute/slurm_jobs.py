@@ -3,6 +3,7 @@ server job), asking SLURM what became of a job, and ending a job's process quick
 from __future__ import annotations
 
 import gc
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -49,6 +50,26 @@ def job_state(job_id: str) -> str:
         return "SLURM no longer knows it"
     reason = info.get("Reason", "None")
     return info.get("JobState", "UNKNOWN") + (f" ({reason})" if reason and reason != "None" else "")
+
+
+_OVER_MEMORY = re.compile(r"exceeded memory limit \((\d+) > (\d+)\)", re.IGNORECASE)
+
+
+def memory_fix(log: str | None, override: str) -> str | None:
+    """For a job SLURM killed over its memory (slurmstepd's ``exceeded memory limit (used > limit)``): the peak it
+    had reached and ``override=<GB>`` with room above it (1.5x, at least the limit + 1 GB), else None."""
+    try:
+        text = Path(log).read_text(errors="replace") if log else ""
+    except OSError:
+        return None
+    found = _OVER_MEMORY.findall(text)
+    if not found:
+        return None
+    used, limit = (int(v) for v in found[-1])
+    unit = 1024 if limit < 64 * 2**20 else 1  # older Slurm reports KB, 22.05 bytes
+    used_gb, limit_gb = used * unit / 2**30, limit * unit / 2**30
+    need = max(math.ceil(used_gb * 1.5), math.floor(limit_gb) + 1)
+    return f"it had reached {used_gb:.1f} GB against its {limit_gb:.1f} GB limit; fix: {override}={need}"
 
 
 def stepd_reason(log: str | None) -> str | None:
