@@ -221,3 +221,19 @@ def test_submission_waves_group_siblings_into_arrays_cut_at_the_queue_cap():
     units = [*shards, merge, mine]
     assert submission_waves(units, {}) == [[[0, 1, 2, 3, 4]], [[5]], [[6]]]
     assert submission_waves(units, {}, max_queued=2) == [[[0, 1], [2, 3], [4]], [[5]], [[6]]]
+
+
+def test_a_stage_whose_input_is_not_built_is_estimated_from_an_entry_of_the_same_data(cells, tmp_path):
+    """After a code change every key is new and nothing is built, but the cache holds the earlier builds: the
+    dataset an older entry parsed from the same files says how many items the new embedding will take."""
+    graphs, _ = cells([("encoder=minilm",)])
+    cache = StageCache(tmp_path / "cache")
+    LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink])
+    embed = graphs[0].named["embed_pool"]
+    built = json.loads((cache.entry(embed.kind, embed.key) / "manifest.json").read_text())
+    for stage in graphs[0].stages():  # every entry now stands under another key, as after an edit of the stages' code
+        cache.entry(stage.kind, stage.key).rename(cache.entry(stage.kind, "0" * 16))
+    plan = plan_grid(graphs, cache, {0: []})
+    planned = next(p for p in plan.stages if p.stage.kind == "embed_pool")
+    assert planned.state == "build" and planned.estimate_s == pytest.approx(built["build_seconds"], abs=0.1)
+    assert plan.totals()["gpu_estimate_s"] is not None

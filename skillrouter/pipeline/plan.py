@@ -130,20 +130,29 @@ def _models(params: Any) -> tuple[str, ...]:
 
 
 class Estimator:
-    """Seconds per item of the earlier builds in the cache, per (kind, resource, models)."""
+    """Seconds per item of the earlier builds in the cache, per (kind, resource, models); a stage whose models no
+    earlier build used is scaled by every build of its kind (a rough figure: an estimate, not a promise)."""
 
     def __init__(self, cache: StageCache):
         self.cache = cache
         self.rates: dict[str, dict[tuple, list[float]]] = {}
+        self.manifests: dict[str, list[dict[str, Any]]] = {}
+
+    def _kind_manifests(self, kind: str) -> list[dict[str, Any]]:
+        if kind not in self.manifests:
+            found = []
+            for manifest in (self.cache.root / kind).glob("*/manifest.json"):
+                try:
+                    found.append(json.loads(manifest.read_text()))
+                except (OSError, ValueError):
+                    continue
+            self.manifests[kind] = found
+        return self.manifests[kind]
 
     def _history(self, stage: Stage) -> dict[tuple, list[float]]:
         if stage.kind not in self.rates:
             rates: dict[tuple, list[float]] = defaultdict(list)
-            for manifest in (self.cache.root / stage.kind).glob("*/manifest.json"):
-                try:
-                    m = json.loads(manifest.read_text())
-                except (OSError, json.JSONDecodeError):
-                    continue
+            for m in self._kind_manifests(stage.kind):
                 times = stage.items.times if stage.items else None
                 work = float(m.get("items") or 0) * _lookup(m.get("params", {}), times)
                 if work > 0 and m.get("build_seconds") is not None:
@@ -151,18 +160,26 @@ class Estimator:
             self.rates[stage.kind] = rates
         return self.rates[stage.kind]
 
+    def _manifest(self, stage: Stage) -> dict[str, Any] | None:
+        """``stage``'s manifest, or where it is not built, that of an entry of its kind built from the same params and
+        input files (the same data under older code): how many items it had."""
+        if self.cache.is_complete(stage.kind, stage.key):
+            return self.cache.manifest(stage.kind, stage.key)
+        fields = json.loads(json.dumps(stage.manifest_fields()))
+        return next((m for m in self._kind_manifests(stage.kind)
+                     if m.get("params") == fields["params"] and m.get("input_files") == fields["input_files"]), None)
+
     def items(self, stage: Stage) -> float | None:
         spec = stage.items
         if spec is None or spec.role not in stage.inputs:
             return None
-        up = stage.inputs[spec.role]
-        if not self.cache.is_complete(up.kind, up.key):
-            return None
-        n = self.cache.manifest(up.kind, up.key).get(spec.field)
+        manifest = self._manifest(stage.inputs[spec.role])
+        n = manifest.get(spec.field) if manifest else None
         return float(n) * _lookup(stage.params, spec.times) if isinstance(n, (int, float)) else None
 
     def estimate(self, stage: Stage) -> float | None:
-        rates = self._history(stage).get(_models(stage.params))
+        history = self._history(stage)
+        rates = history.get(_models(stage.params)) or [r for rs in history.values() for r in rs]
         work = self.items(stage)
         return round(statistics.median(rates) * work, 1) if rates and work is not None else None
 
@@ -248,7 +265,10 @@ def render(plan: GridPlan, full: bool = True) -> str:
     t = plan.totals()
 
     def est(r: str) -> str:
-        return f" (~{t[f'{r}_estimate_s']:.0f} s)" if t[f"{r}_estimate_s"] is not None else ""
+        seconds = t[f"{r}_estimate_s"]
+        if seconds is None:
+            return ""
+        return f" (~{seconds / 3600:.1f} {r.upper() if r == 'gpu' else r}-hours)" if seconds >= 3600 else f" (~{seconds:.0f} s)"
 
     lines.append(f"plan: {len(plan.cells)} cells, {len(plan.stages)} unique stages: to build {t['gpu_to_build']} gpu"
                  f"{est('gpu')}, {t['cpu_to_build']} cpu{est('cpu')}, {t['llm_to_build']} llm{est('llm')}"
