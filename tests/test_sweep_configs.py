@@ -3,7 +3,6 @@ interpolated keys), each cell's config equals the one Hydra's ``load_sweep_confi
 equals that config resolved, and the stage graph composed from the view is the one composed from the config."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
