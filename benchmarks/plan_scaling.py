@@ -72,7 +72,7 @@ def main() -> None:
         runs = {n: [plan_seconds(n, Path(tmp)) for _ in range(args.repeat)] for n in args.sizes}
         hydra = float(subprocess.run([sys.executable, "-c", HYDRA_ALONE, str(ROOT / "conf"), tmp, str(args.hydra_cells)],
                                      cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()[-1])
-    medians = {n: statistics.median(v) for n, v in runs.items()}
+    medians = {n: round(statistics.median(v), 3) for n, v in runs.items()}
     line = fit([float(n) for n in medians], list(medians.values()))
     largest = max(medians)
     write_figures("plan_scaling", {
