@@ -50,6 +50,18 @@ def _negatives(tiny, n=3):
     return [[i for i in rng.permutation(ids) if i not in ex.positives][:n] for ex in tiny["examples"]]
 
 
+def _margin(model, tiny) -> float:
+    """Mean over the benchmark (held-out) queries of cos(query, GT) - max cos(query, another skill)."""
+    ids = list(tiny["texts"])
+    docs = encode(model, [tiny["texts"][i] for i in ids], 16, False)
+    sims = encode(model, [q.text for q in tiny["ds"].queries], 16, False) @ docs.T
+    gaps = []
+    for q, row in zip(tiny["ds"].queries, sims):
+        gt = [j for j, i in enumerate(ids) if i in q.gt]
+        gaps.append(max(row[gt]) - max(v for j, v in enumerate(row) if j not in gt))
+    return float(np.mean(gaps))
+
+
 def _hit_at_1(model, tiny, queries=None) -> float:
     """Hit@1 over the benchmark queries (held out) or the given ones."""
     queries = queries or tiny["ds"].queries
@@ -87,7 +99,10 @@ def test_minilm_encoder_beats_untrained_on_held_out_queries(tiny, tmp_path):
                                   tmp_path / "work", tmp_path / "out")
     n = len(losses) // 3
     assert np.mean(losses[-n:]) < np.mean(losses[:n])
-    assert _hit_at_1(model, tiny) > before
+    after = _hit_at_1(model, tiny)
+    # the held-out families are easy for MiniLM already (Hit@1 saturates): what training must widen is the margin
+    # between each held-out query's GT and the nearest other skill
+    assert after >= before and _margin(model, tiny) > _margin(load_encoder(spec), tiny)
 
 
 def test_lora_encoder_adapter_saves_and_reloads_identically(tiny, tmp_path):

@@ -89,11 +89,15 @@ def _source_hash(module_file: str) -> str:
     return hashlib.sha256(Path(module_file).read_bytes()).hexdigest()
 
 
-@functools.lru_cache(maxsize=1024)
 def code_fingerprint(modules: Sequence[str]) -> str:
-    """Hash of the package version and the source files of ``modules`` (dotted names, a tuple). The files are found,
-    not imported: planning a grid keys its training stages without loading torch. Once per process and tuple, as the
-    sources are read once (:func:`_source_hash`)."""
+    """Hash of the package version and the source files of ``modules`` (dotted names). The files are found,
+    not imported: planning a grid keys its training stages without loading torch. Once per process and set of
+    modules, as the sources are read once (:func:`_source_hash`)."""
+    return _code_fingerprint(tuple(modules))
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_fingerprint(modules: tuple[str, ...]) -> str:
     h = hashlib.sha256(__version__.encode())
     for name in modules:
         spec = importlib.util.find_spec(name)
