@@ -291,6 +291,30 @@ def test_efficiency_ratios_against_the_largest_row_by_hand(tmp_path):
     assert "run benchmarks/serving_latency.py" in md.read_text()
 
 
+def test_efficiency_rows_gain_the_served_figures_of_their_architecture(tmp_path):
+    """benchmarks/route_load.py's figures join the row of the same encoder and reranker (a fine-tuned reranker's row
+    too: its weights cost what the base's cost); a row with no served run has empty served cells."""
+    from skillrouter.report.efficiency import efficiency_table, read_runs, read_served, write_efficiency
+
+    perf = tmp_path / "perf"
+    _latency(perf, "big", 8, 8, 580.0)
+    _latency(perf, "small", 6, 6, 100.0)
+    for name in ("big", "small"):  # _latency names the encoder after the row; the reranker is "r"
+        data = json.loads((perf / f"serving_latency_{name}.json").read_text())
+        data["figures"]["reranker"] = "r (fine-tuned on built-in data)" if name == "small" else "other"
+        (perf / f"serving_latency_{name}.json").write_text(json.dumps(data))
+    served = {"encoder": "small", "reranker": "r", "pool_skills": 100, "topk": 20,
+              "batched / concurrency 1": {"p50": 910.5}, "batched / concurrency 8": {"requests_per_s": 3.2},
+              "batching gain in requests/s at concurrency 8 (x)": 1.4}
+    (perf / "route_load.json").write_text(json.dumps({"benchmark": "route_load", "command": "c", "figures": served}))
+    rows = efficiency_table(read_runs(perf), None, read_served(perf))[0].set_index("pipeline")
+    assert rows.loc["small", ["served p50, 1 client (ms)", "served req/s, 8 clients", "batching gain, 8 clients (x)"]
+                    ].tolist() == [910.5, 3.2, 1.4]
+    assert rows.loc["big"].isna()["served p50, 1 client (ms)"]
+    md, _ = write_efficiency(perf, tmp_path)
+    assert "910.5" in md.read_text() and "route_load.py" in md.read_text()
+
+
 def test_a_model_trained_on_synthesised_pairs_is_not_the_tables_trained_row(tmp_path):
     """A synth=skillrouter cell has the encoder table's choices (encoder=trained, data=builtin) but trained on
     generated pairs: it neither supersedes the sweep's own cell in a paper table nor stands in a case file."""

@@ -23,6 +23,7 @@ from ..data.jsonl import atomic_write_text
 from .render import plain_to_latex, plain_to_markdown
 
 PATTERN = "serving_latency*.json"
+SERVED = "route_load*.json"  # benchmarks/route_load.py: the same pipeline served over HTTP
 TITLE = "Efficiency: parameters, per-query latency and peak memory"
 
 
@@ -38,11 +39,32 @@ def read_runs(perf: Path) -> list[dict]:
     return runs
 
 
+def read_served(perf: Path) -> dict[tuple[str, str], dict]:
+    """``route_load`` figures by (encoder, reranker) preset: the newest file for each pair."""
+    served = {}
+    for path in sorted(perf.glob(SERVED), key=lambda p: p.stat().st_mtime):
+        figures = json.loads(path.read_text())["figures"]
+        served[(figures["encoder"], figures["reranker"])] = figures
+    return served
+
+
+def served_columns(run: dict, served: dict[tuple[str, str], dict]) -> dict[str, float | None]:
+    """The served figures of a row's encoder and reranker architecture (fine-tuned weights cost what the base costs)."""
+    reranker = run["reranker"].split()[0] if run["rerank_topk"] else "none"
+    s = served.get((run["encoder"], reranker))
+    if s is None:
+        return {"served p50, 1 client (ms)": None, "served req/s, 8 clients": None, "batching gain, 8 clients (x)": None}
+    return {"served p50, 1 client (ms)": s["batched / concurrency 1"]["p50"],
+            "served req/s, 8 clients": s["batched / concurrency 8"]["requests_per_s"],
+            "batching gain, 8 clients (x)": s["batching gain in requests/s at concurrency 8 (x)"]}
+
+
 def _millions(n: int) -> float:
     return round(n / 1e6, 1)
 
 
-def efficiency_table(runs: list[dict], reference: str | None = None) -> tuple[pd.DataFrame, str | None]:
+def efficiency_table(runs: list[dict], reference: str | None = None, served: dict | None = None
+                     ) -> tuple[pd.DataFrame, str | None]:
     """The table and the reference row's name (None when there are no rows)."""
     if not runs:
         return pd.DataFrame(), None
@@ -62,14 +84,15 @@ def efficiency_table(runs: list[dict], reference: str | None = None) -> tuple[pd
                      "p50 latency (ms)": r["total_ms"]["p50"], "p95 latency (ms)": r["total_ms"]["p95"],
                      "peak memory (MB)": memory,
                      "fewer params (x)": round(total[reference] / total[r["row"]], 1) if total[r["row"]] else None,
-                     "faster at p50 (x)": round(ref["total_ms"]["p50"] / r["total_ms"]["p50"], 1)})
+                     "faster at p50 (x)": round(ref["total_ms"]["p50"] / r["total_ms"]["p50"], 1),
+                     **(served_columns(r, served) if served else {})})
     return pd.DataFrame(rows), reference
 
 
 def write_efficiency(perf: Path, out: Path, reference: str | None = None) -> list[Path]:
     """``<out>/efficiency.md`` and ``.tex`` (a note saying how to make rows when none is measured)."""
-    runs = read_runs(perf)
-    table, ref = efficiency_table(runs, reference)
+    runs, served = read_runs(perf), read_served(perf)
+    table, ref = efficiency_table(runs, reference, served)
     if ref is None:
         notes = [f"No {PATTERN} with parameter counts in {perf.name}/: run benchmarks/serving_latency.py --name NAME "
                  "once per pipeline preset."]
@@ -79,7 +102,10 @@ def write_efficiency(perf: Path, out: Path, reference: str | None = None) -> lis
         notes = [f"Ratios against {ref}: reference / row (parameters; p50 latency of the whole query: encode, search, "
                  f"rerank top-{ref_row['rerank_topk']}). Peak memory: GPU allocated on cuda, process RSS on cpu.",
                  *[f"{r['row']}: `{r['command']}` ({r['pool_skills']} skills, {r['queries']} queries, "
-                   f"{r['torch_threads']} threads)" for r in runs]]
+                   f"{r['torch_threads']} threads)" for r in runs],
+                 *[f"served ({enc} + {rr}): `route serve` over HTTP, micro-batched, {s['pool_skills']} skills, top-{s['topk']} "
+                   "reranked (benchmarks/route_load.py; batching gain: requests/s against the same server unbatched)"
+                   for (enc, rr), s in served.items()]]
     md, tex = out / "efficiency.md", out / "efficiency.tex"
     atomic_write_text(md, plain_to_markdown(table, TITLE, notes))
     atomic_write_text(tex, plain_to_latex(table, "efficiency", TITLE, notes))

@@ -18,7 +18,7 @@ from ..rerank.spec import RerankerSpec
 from ..progress import progress
 from .data import read_descriptions
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
-from .retrieval import skill_text
+from .retrieval import skill_renderer, skill_text
 
 SCORES = "scores.jsonl"
 SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
@@ -26,7 +26,7 @@ SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
 
 def _texts(ctx: BuildContext, ids: set[str]) -> dict[str, str]:
     """The reranker's text of each candidate (only the candidates: a pool can be 100K skills)."""
-    text = TextSpec.from_dict({**ctx.params["text"], "query_cap": None, "query_instruction": ""})
+    text = skill_renderer(ctx.params)
     oracle = read_descriptions(ctx)
     return {s.id: text.skill(s, oracle) for s in ctx.dataset().skills if s.id in ids}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -40,9 +40,14 @@ def skill_text(spec: TextSpec) -> dict[str, Any]:
     return {k: v for k, v in spec_dict(spec).items() if k not in ("query_cap", "query_instruction")}
 
 
+def skill_renderer(params: Mapping[str, Any]) -> TextSpec:
+    """How a stage renders skills, from its ``text`` params (made by :func:`skill_text`: no query settings)."""
+    return TextSpec.from_dict({**params["text"], "query_cap": None, "query_instruction": ""})
+
+
 def rendered_pool(ctx: BuildContext) -> tuple[list[str], list[str]]:
     """``(ids, texts)`` of the stage's pool as its ``text`` params render them."""
-    text = TextSpec.from_dict({**ctx.params["text"], "query_cap": None, "query_instruction": ""})
+    text = skill_renderer(ctx.params)
     oracle = read_descriptions(ctx)
     skills = pool_of(ctx.dataset(), ctx.params["subset"])
     return [s.id for s in skills], [text.skill(s, oracle) for s in skills]

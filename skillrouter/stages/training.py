@@ -22,7 +22,7 @@ from ..train.pairs import TrainExample
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 from .reranking import SCORERS
-from .retrieval import skill_text
+from .retrieval import skill_renderer, skill_text
 
 # The trainers' code keys the trainings; it is named, not imported: torch loads in the job that trains, not in
 # every job (or launcher) that plans. grad_cache / data_parallel: how a step runs, not what it computes.
@@ -75,7 +75,7 @@ def mine(counts: NegativeCounts, fn_filter: Mapping[str, Any], seed: int, data: 
 
 
 def _skill_texts(ctx: BuildContext) -> dict[str, str]:
-    text = TextSpec.from_dict({**ctx.params["text"], "query_cap": None, "query_instruction": ""})
+    text = skill_renderer(ctx.params)
     oracle = read_descriptions(ctx)
     return {s.id: text.skill(s, oracle) for s in ctx.dataset().training_pool()}
 

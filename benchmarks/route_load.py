@@ -1,0 +1,158 @@
+"""The served router under load: ``route serve --transport http`` in a subprocess, driven over HTTP at several
+concurrencies (p50 / p95 / p99 latency per request, requests/s), once micro-batched (the default) and once
+unbatched (``--max-batch 1 --batch-wait-ms 0``), next to the same pipeline called in-process one task at a time,
+in one run. Goals of the issue on a 2-core CPU (MiniLM + the MiniLM cross-encoder at top-20, the 13.6K real pool):
+requests/s at concurrency 8 at least 2x the unbatched server's; p50 at concurrency 1 no worse than the 902 ms of
+``benchmarks/serving_latency.py``'s online path.
+
+    python benchmarks/route_load.py [--requests 48] [--concurrency 1 8 32] [--name NAME] [OVERRIDE ...]
+
+The cell is built first through launch.py (cached): the 13.6K skills of ../shared/data as the pool (the built-in
+pool when absent), 100 of their descriptions as tasks (each labelled with its own skill). Tasks sent: the pool's
+descriptions, round robin. Figures: reports/perf/route_load[_<name>].*; ``python -m skillrouter.report.efficiency``
+adds them to the efficiency table.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
+
+from skillrouter.data.builtin import generate  # noqa: E402
+from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
+from skillrouter.data.types import LoadReport  # noqa: E402
+
+WORK = ROOT / ".cache" / "bench" / "route_load"
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    return {f"p{p}": round(float(np.percentile(values, p)), 1) for p in (50, 95, 99)}
+
+
+def build_cell(overrides: list[str]) -> tuple[Path, list[str], int]:
+    """The served cell's run folder (built by launch.py, its stages cached), the tasks, and the pool size."""
+    sample = SHARED_DATA / "skills-sample.jsonl.gz"
+    pool = sample if sample.exists() else generate(WORK / "builtin")["pool"]
+    skills = load_pool(pool, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
+    chosen = random.Random(0).sample(skills, 100)
+    WORK.mkdir(parents=True, exist_ok=True)
+    queries = WORK / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"id": f"q{i:03d}", "query": s.description or s.name, "gt": [s.id]}) + "\n"
+                               for i, s in enumerate(chosen)))
+    run = WORK / "run"
+    subprocess.run([sys.executable, str(ROOT / "launch.py"), "data=jsonl", f"data.pool={pool}", f"data.queries={queries}",
+                    f"hydra.run.dir={run}", f"cache_dir={ROOT / '.cache' / 'skillrouter'}", "progress=false", *overrides],
+                   cwd=ROOT, check=True)
+    return run, [s.description or s.name for s in chosen], len(skills)
+
+
+def in_process(run: Path, tasks: list[str]) -> dict[str, float]:
+    """The pipeline called directly, one task at a time (what a script embedding the router would see)."""
+    from skillrouter.route.cell import from_run_dir
+    from skillrouter.route.router import Router
+
+    router = Router(from_run_dir(run))
+    router.route(tasks[:2], 10)  # warm-up
+    times = []
+    for task in tasks:
+        t0 = time.perf_counter()
+        router.route([task], 10)
+        times.append(1000 * (time.perf_counter() - t0))
+    return percentiles(times)
+
+
+class Served:
+    def __init__(self, run: Path, *args: str):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen([sys.executable, "-m", "skillrouter.route", "serve", "--run", str(run), "--transport",
+                                      "http", "--port", str(self.port), *args], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=open(WORK / f"serve-{self.port}.log", "w"))
+        self.url = f"http://127.0.0.1:{self.port}"
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited; see {WORK}/serve-{self.port}.log")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+
+    def batches(self) -> int:
+        return httpx.get(f"{self.url}/health", timeout=30).json()["batches"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+async def _load(url: str, tasks: list[str], concurrency: int, requests: int, calls: Callable[[], int]) -> dict[str, float]:
+    latencies: list[float] = []
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as client:
+        async def one(i: int) -> None:
+            async with gate:
+                t0 = time.perf_counter()
+                reply = await client.post(f"{url}/route", json={"task": tasks[i % len(tasks)], "k": 10})
+                reply.raise_for_status()
+                latencies.append(1000 * (time.perf_counter() - t0))
+
+        await asyncio.gather(*(one(i) for i in range(concurrency)))  # warm-up: one round
+        latencies.clear()
+        before = calls()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(requests)))
+        wall = time.perf_counter() - t0
+    return {**percentiles(latencies), "requests_per_s": round(requests / wall, 2), "requests": requests,
+            "model_calls": calls() - before}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", default=[])
+    parser.add_argument("--requests", type=int, default=48, help="requests per concurrency level (after a warm-up round)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--name", default="")
+    args = parser.parse_args()
+    overrides = ["encoder=minilm", "reranker=minilm_ce", "topk=20", *args.overrides]
+    run, tasks, pool_size = build_cell(overrides)
+    import torch
+
+    choices = json.loads((run / "metrics.json").read_text())["choices"]
+    figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(),
+                     "pool_skills": pool_size, "encoder": choices["encoder"], "reranker": choices["reranker"],
+                     "topk": int(choices["topk"]), "k": 10,
+                     "in_process_unbatched_ms": in_process(run, tasks)}
+    for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
+        server = Served(run, *extra)
+        try:
+            for c in args.concurrency:
+                result = asyncio.run(_load(server.url, tasks, c, args.requests, server.batches))
+                figures[f"{mode} / concurrency {c}"] = result
+                print(mode, c, result, flush=True)
+        finally:
+            server.stop()
+    for c in args.concurrency:
+        gain = figures[f"batched / concurrency {c}"]["requests_per_s"] / figures[f"unbatched / concurrency {c}"]["requests_per_s"]
+        figures[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
+    name = "route_load" + (f"_{args.name}" if args.name else "")
+    write_figures(name, figures, "python benchmarks/route_load.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Serving a cell (``python -m skillrouter.route``): the real server as a subprocess, talked to with the ``mcp``
+SDK's own client over stdio and HTTP and with a plain HTTP client. The rankings are the cell's ``rankings.jsonl``;
+a watched folder picks up a new skill without a restart and without re-embedding the others; bad input is refused
+with a 4xx; a restart re-embeds nothing."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from skillrouter.agents.skill_sets import skill_md
+from skillrouter.data.columnar import read_dataset
+from skillrouter.data.loaders import ErrorPolicy, load_pool_tree
+from skillrouter.data.types import LoadReport
+from skillrouter.rankings import read_rankings
+
+from .conftest import ROOT
+
+TOKEN = "test-token"
+CELL = ("data=tiny", "encoder=minilm", "reranker=minilm_ce", "topk=5", "retrieve_k=10")
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory) -> dict:
+    """One built cell (MiniLM + the MiniLM cross-encoder over the tiny built-in data): its run folder, rankings
+    and dataset."""
+    tmp = tmp_path_factory.mktemp("route")
+    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), f"hydra.run.dir={tmp / 'run'}",
+                           f"cache_dir={tmp / 'cache'}", "progress=false", *CELL],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    dataset = read_dataset(tmp / "cache" / "load_data" / metrics["stages"]["load_data"]["key"])
+    return {"tmp": tmp, "run": run, "metrics": metrics, "dataset": dataset,
+            "rankings": read_rankings(run / "rankings.jsonl")}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``route serve --transport http`` in a subprocess, up once ``/health`` answers."""
+
+    def __init__(self, cwd: Path, *args: str, token: str | None = TOKEN):
+        self.port = _port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.log = open(cwd / f"serve-{self.port}.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "skillrouter.route", "serve", "--transport", "http",
+                                      "--port", str(self.port), *(["--token", token] if token else []), *args],
+                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, Path(self.log.name).read_text()[-3000:]
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise AssertionError("server did not start: " + Path(self.log.name).read_text()[-3000:])
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.url}/health", timeout=10).json()
+
+    def post(self, payload, **kw) -> httpx.Response:
+        return httpx.post(f"{self.url}/route", json=payload, headers=self.headers, timeout=300, **kw)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+        self.proc.wait(60)
+        self.log.close()
+
+
+def test_http_api_serves_the_cells_rankings_and_refuses_bad_requests(cell):
+    queries = cell["dataset"].queries
+    server = Server(cell["tmp"], "--run", str(cell["run"]), "--batch-wait-ms", "50")
+    try:
+        health = server.health()
+        assert health["measured"]["hit@1"] == cell["metrics"]["metrics"]["hit@1"]  # the cell's own measurement
+        assert (health["encoder"], health["reranker"], health["topk"], health["embedded"]) == ("minilm", "minilm_ce", 5, 0)
+
+        results = server.post({"tasks": [q.text for q in queries], "k": 10}).json()["results"]
+        for q, hits in zip(queries, results):
+            expected = cell["rankings"][q.id]
+            assert [h["id"] for h in hits] == expected.ids[:10], q.id
+            assert [h["score"] for h in hits] == pytest.approx(expected.scores[:10], abs=1e-4)
+        one = server.post({"task": queries[0].text, "k": 3}).json()["hits"]
+        assert one == results[0][:3]
+
+        async def concurrent() -> list[dict]:
+            async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
+                replies = await asyncio.gather(*(client.post(f"{server.url}/route", json={"task": q.text, "k": 10})
+                                                 for q in queries[:8]))
+            return [r.json()["hits"] for r in replies]
+
+        before = server.health()["batches"]
+        assert asyncio.run(concurrent()) == results[:8]
+        assert server.health()["batches"] - before < 8  # micro-batched: fewer model calls than requests
+
+        refusals = {
+            "no token": httpx.post(f"{server.url}/route", json={"task": "x"}, timeout=30),
+            "wrong token": httpx.post(f"{server.url}/route", json={"task": "x"}, headers={"Authorization": "Bearer no"},
+                                      timeout=30),
+            "mcp without token": httpx.post(f"{server.url}/mcp", json={}, timeout=30),
+            "too many tasks": server.post({"tasks": ["x"] * 65}),
+            "too long a task": server.post({"task": "x" * 20_001}),
+            "too big a body": httpx.post(f"{server.url}/route", content=b" " * 1_000_001, headers=server.headers, timeout=30),
+            "k too large": server.post({"task": "x", "k": 11}),
+            "k not a number": server.post({"task": "x", "k": "3"}),
+            "neither task nor tasks": server.post({"k": 3}),
+            "not json": httpx.post(f"{server.url}/route", content=b"{", headers=server.headers, timeout=30),
+            "traversal id": httpx.get(f"{server.url}/skills/..%2F..%2F..%2Fetc%2Fpasswd", headers=server.headers, timeout=30),
+            "unknown id": httpx.get(f"{server.url}/skills/no-such-skill", headers=server.headers, timeout=30),
+        }
+        statuses = {name: r.status_code for name, r in refusals.items()}
+        assert statuses == {"no token": 401, "wrong token": 401, "mcp without token": 401, "too many tasks": 413,
+                            "too long a task": 413, "too big a body": 413, "k too large": 400, "k not a number": 400,
+                            "neither task nor tasks": 400, "not json": 400, "traversal id": 404, "unknown id": 404}
+        assert all(r.text.count("\n") == 1 for r in refusals.values())  # one line saying what is wrong
+        assert "at most 64" in refusals["too many tasks"].text and "from 1 to 10" in refusals["k too large"].text
+
+        skill = next(s for s in cell["dataset"].skills if s.id == results[0][0]["id"])
+        text = httpx.get(f"{server.url}/skills/{skill.id}", headers=server.headers, timeout=30).text
+        assert text == skill_md(skill, skill.name)  # the pool's record as a SKILL.md
+        assert set(httpx.get(f"{server.url}/openapi.json", headers=server.headers, timeout=30).json()["paths"]) == \
+            {"/route", "/skills/{id}", "/health"}
+
+        # graceful shutdown: a request in flight when SIGTERM arrives is answered
+        async def in_flight() -> int:
+            async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
+                pending = asyncio.ensure_future(client.post(f"{server.url}/route",
+                                                            json={"tasks": [q.text for q in queries], "k": 10}))
+                await asyncio.sleep(0.3)
+                server.proc.send_signal(signal.SIGTERM)
+                return (await pending).status_code
+
+        assert asyncio.run(in_flight()) == 200
+        assert server.proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it drained on
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def _mcp_calls(target, first_query: str) -> tuple[list[str], list[dict], str, bool, bool]:
+    from mcp.client.client import Client
+
+    async def go():
+        async with Client(target) as client:
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            found = await client.call_tool("find_skills", {"task": first_query, "k": 5})
+            hits = found.structured_content["result"]
+            read = await client.call_tool("read_skill", {"id": hits[0]["id"]})
+            traversal = await client.call_tool("read_skill", {"id": "../../../etc/passwd"})
+            too_many = await client.call_tool("find_skills", {"task": first_query, "k": 500})
+            return tools, hits, read.content[0].text, traversal.is_error, too_many.is_error
+
+    return asyncio.run(go())
+
+
+def test_mcp_over_stdio_and_http_with_the_sdks_client(cell):
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+    import httpx2
+
+    query = cell["dataset"].queries[0]
+    expected = cell["rankings"][query.id].ids[:5]
+    stdio = StdioServerParameters(  # by overrides, as launch.py takes them (the other servers load the run folder)
+        command=sys.executable, args=["-m", "skillrouter.route", "serve", *CELL, f"cache_dir={cell['tmp'] / 'cache'}"],
+        cwd=str(cell["tmp"]), env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    server = Server(cell["tmp"], "--run", str(cell["run"]))
+    try:
+        http = streamable_http_client(f"{server.url}/mcp", http_client=httpx2.AsyncClient(headers=server.headers))
+        for target in (stdio, http):
+            tools, hits, text, traversal_refused, oversized_refused = _mcp_calls(target, query.text)
+            assert tools == ["find_skills", "read_skill"]
+            assert [h["id"] for h in hits] == expected
+            assert set(hits[0]) == {"id", "name", "description", "score", "encoder_rank"}
+            assert text.startswith("---\n") and f"name: {hits[0]['name']}" in text
+            assert traversal_refused and oversized_refused
+    finally:
+        server.stop()
+
+
+def _write_skill(root: Path, folder: str, name: str, description: str, body: str) -> None:
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n{body}\n")
+
+
+def test_a_watched_folder_updates_without_restart_and_a_restart_embeds_nothing(cell, tmp_path):
+    skills = tmp_path / "skills"
+    for s in cell["dataset"].skills:
+        (skills / s.name).mkdir(parents=True, exist_ok=True)
+        (skills / s.name / "SKILL.md").write_text(skill_md(s, s.name), encoding="utf-8")
+    (skills / "broken").mkdir()
+    (skills / "broken" / "SKILL.md").write_text("no front matter here\n")
+    n = len(cell["dataset"].skills)
+    args = ("--run", str(cell["run"]), "--skills", str(skills), "--watch-seconds", "0.5")
+    server = Server(tmp_path, *args)
+    try:
+        health = server.health()
+        assert (health["skills"], health["embedded"]) == (n, n)
+        assert list(health["skipped"]) == [str(skills / "broken" / "SKILL.md")]
+        assert "front matter" in health["skipped"][str(skills / "broken" / "SKILL.md")]
+
+        task = "calibrate the zorblax telescope mirror alignment"
+        _write_skill(skills, "zorblax-aligner", "zorblax-aligner", "Align zorblax telescope mirrors.",
+                     "Calibrate zorblax telescope mirror alignment step by step.")
+        deadline = time.monotonic() + 60
+        while server.health()["skills"] != n + 1:
+            assert time.monotonic() < deadline, "the new skill never became searchable"
+            time.sleep(0.5)
+        assert server.health()["embedded"] == n + 1  # the new skill alone was embedded
+        found = {h["id"]: h for h in server.post({"task": task, "k": 5}).json()["hits"]}
+        assert found["zorblax-aligner"]["encoder_rank"] == 1  # (the untrained cross-encoder may move it in the top 5)
+        before = server.post({"task": task, "k": 5}).json()["hits"]
+
+        first = sorted(p.name for p in skills.iterdir() if p.name not in ("broken", "zorblax-aligner"))[0]
+        for f in (skills / first).iterdir():
+            f.unlink()
+        (skills / first).rmdir()
+        while server.health()["skills"] != n:
+            assert time.monotonic() < deadline + 60, "the removed skill never left the index"
+            time.sleep(0.5)
+        assert first not in [h["id"] for h in server.post({"task": task, "k": 10}).json()["hits"]]
+        assert server.health()["embedded"] == n + 1
+    finally:
+        server.stop(signal.SIGKILL)
+
+    restarted = Server(tmp_path, *args)  # on the same cache, after a SIGKILL
+    try:
+        assert restarted.health()["embedded"] == 0  # every vector came from the cache
+        assert restarted.post({"task": task, "k": 5}).json()["hits"] == before
+    finally:
+        restarted.stop()
+    _write_skill(skills, first, first, "Restored while the server was down.", "A new body.")
+    again = Server(tmp_path, *args)
+    try:
+        assert (again.health()["skills"], again.health()["embedded"]) == (n + 1, 1)  # the changed skill alone
+    finally:
+        again.stop()
+
+
+def test_install_writes_skill_folders_an_agent_loads(cell, tmp_path):
+    query = cell["dataset"].queries[0]
+    into = tmp_path / ".claude" / "skills"
+    args = [sys.executable, "-m", "skillrouter.route", "install", "--run", str(cell["run"]), "--task", query.text,
+            "--k", "3", "--into", str(into)]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    installed = load_pool_tree(into, ErrorPolicy("raise", LoadReport()), 200_000)
+    names = {s.id: s.name for s in installed}
+    expected = [s for i in cell["rankings"][query.id].ids[:3] for s in cell["dataset"].skills if s.id == i]
+    assert sorted(names.values()) == sorted(s.name for s in expected) and all(k == v for k, v in names.items())
+    assert not [p for p in into.iterdir() if p.name.startswith(".")]  # nothing left of the staging folder
+
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "--replace" in again.stderr.strip().splitlines()[-1]
+    assert subprocess.run([*args, "--replace"], cwd=ROOT, capture_output=True, text=True, timeout=600).returncode == 0
+
+
+def test_a_cell_that_is_not_built_names_the_stage_and_the_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "skillrouter.route", "serve", "data=tiny", "encoder=minilm",
+                           f"cache_dir={tmp_path / 'cache'}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "is not built" in line and "python launch.py data=tiny encoder=minilm" in line
