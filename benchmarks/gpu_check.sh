@@ -8,7 +8,8 @@
 # importable (an env, or wheels put on PYTHONPATH); no hub (models are tiny random Qwen3 stand-ins, and
 # the serving benchmark falls back to the built-in pool when ../shared/data is absent).
 # What it exercises: bf16 weights, SDPA / FlashAttention-2, token-budget batches with pinned copies, the
-# exact search on the GPU, the Qwen3 presets' exact inputs on CUDA, and the online path's latency.
+# exact search on the GPU, the Qwen3 presets' exact inputs on CUDA, the online path's latency, and the served router
+# under load on stand-ins of the papers' 0.6B size (random weights: compute and memory, not accuracy).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-reports/perf}}
@@ -29,6 +30,12 @@ TINY=$(mktemp -d)
   echo "== serving latency, tiny Qwen3 stand-ins with the released presets' settings"
   $PY benchmarks/serving_latency.py --queries 50 --name gpu_tiny_qwen3 encoder=skillrouter_emb_0.6b \
       "encoder.model=$TINY/base" reranker=skillrouter_rank_0.6b "reranker.model=$TINY/causal_lm"
+  echo "== route serve under load: Qwen3-0.6B-size random stand-ins (the paper's serving setting, its p50 495.8 ms)"
+  $PY -m skillrouter.models --paper-size --out "$TINY/paper"
+  $PY benchmarks/route_load.py --requests 96 --name gpu_qwen3_0.6b encoder=skillrouter_emb_0.6b \
+      "encoder.model=$TINY/paper/base" reranker=skillrouter_rank_0.6b "reranker.model=$TINY/paper/causal_lm"
+  echo "== embedding an 80K pool with the Qwen3-0.6B-size encoder (plain sentence-transformers vs ours)"
+  $PY benchmarks/gpu_embed.py --model "$TINY/paper/base" --n 80000
   echo "== training memory per step, cached vs uncached (max_memory_allocated on CUDA)"
   $PY benchmarks/train_memory.py --name train_memory_gpu
   echo "== done"

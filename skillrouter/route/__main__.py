@@ -56,7 +56,8 @@ def _announce(cell: Cell, loaded: dict, measured: dict | None) -> None:
     source = f"run {cell.run_dir}" if cell.run_dir else f"overrides {' '.join(cell.overrides) or '(defaults)'}"
     log.info("cell: %s", source)
     if measured:
-        metrics = ", ".join(f"{k}={v:.4f}" for k, v in measured["metrics"].items() if isinstance(v, (int, float)))
+        metrics = ", ".join(f"{k}={v:.4f}" for k, v in measured["metrics"].items()
+                            if isinstance(v, (int, float)) and "/" not in k)  # the headline metrics, not per stratum
         log.info("measured on %s (%s queries): %s", measured.get("choices", {}).get("data"), measured.get("n_queries"),
                  metrics)
     else:
