@@ -104,7 +104,9 @@ def write_efficiency(perf: Path, out: Path, reference: str | None = None) -> lis
                  *[f"{r['row']}: `{r['command']}` ({r['pool_skills']} skills, {r['queries']} queries, "
                    f"{r['torch_threads']} threads)" for r in runs],
                  *[f"served ({enc} + {rr}): `route serve` over HTTP, micro-batched, {s['pool_skills']} skills, top-{s['topk']} "
-                   "reranked (benchmarks/route_load.py; batching gain: requests/s against the same server unbatched)"
+                   "reranked (benchmarks/route_load.py; batching gain: requests/s against the same server unbatched"
+                   + (f"; the same pipeline in-process in that run: p50 {s['in_process_unbatched_ms']['p50']} ms"
+                      if "in_process_unbatched_ms" in s else "") + ")"
                    for (enc, rr), s in served.items()]]
     md, tex = out / "efficiency.md", out / "efficiency.tex"
     atomic_write_text(md, plain_to_markdown(table, TITLE, notes))
