@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from ..cache.store import StageCache
+from ..pipeline.cell import make_cache
 from ..pipeline.compose import CellGraph, compose_cell
 from ..stages.graph import Stage
 
@@ -114,7 +115,6 @@ def from_overrides(overrides: Sequence[str]) -> Cell:
 
 
 def _cell(cfg: DictConfig, overrides: list[str], run_dir: Path | None) -> Cell:
-    cache = StageCache(cfg.cache_dir, stale_after=cfg.cache_lock_stale_s, verify_after_days=cfg.cache_verify_after_days)
-    cell = Cell(cfg, compose_cell(cfg), cache, overrides, run_dir)
+    cell = Cell(cfg, compose_cell(cfg), make_cache(cfg), overrides, run_dir)
     cell.check_built()
     return cell

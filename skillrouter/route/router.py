@@ -24,7 +24,7 @@ from ..retrieval.dense import encode
 from ..retrieval.index import exact_top_k
 from ..stages.data import read_descriptions
 from ..stages.graph import BuildContext
-from ..stages.retrieval import encoder_model, skill_renderer
+from ..stages.retrieval import encoder_model, ranked, skill_renderer
 from .cell import Cell
 from .index import EmbeddingStore, FolderIndex, Snapshot, store_folder
 
@@ -109,8 +109,7 @@ class Router:
             q = encode(self.encoder, [self.query_text.query(t) for t in tasks], self.spec.batch_size, False,
                        self.spec.max_tokens)
             idx, scores = exact_top_k(snap.embeddings, q, self.depth)
-            first = [Ranking(str(n), [snap.ids[j] for j in row if j >= 0], [float(s) for j, s in zip(row, srow) if j >= 0])
-                     for n, (row, srow) in enumerate(zip(idx, scores))]
+            first = ranked(snap.ids, idx, scores, [str(n) for n in range(len(tasks))])
             final = self._rerank(tasks, first, snap) if self.scorer is not None else first
         out = []
         for r0, r in zip(first, final):

@@ -154,7 +154,8 @@ def embed_pool(spec: EncoderSpec, text: TextSpec, data: Stage, subset: str, orac
     return Stage("embed_pool", _build_merge, params, **{**common, "resource": "cpu"}, cheap=True, after=parts)
 
 
-def _ranked(ids: list[str], idx: np.ndarray, scores: np.ndarray, qids: list[str]) -> list[Ranking]:
+def ranked(ids: list[str], idx: np.ndarray, scores: np.ndarray, qids: list[str]) -> list[Ranking]:
+    """Search results (row indices into ``ids``, -1 for none) as one ranking per query."""
     return [Ranking(qid, [ids[j] for j in row if j >= 0], [float(s) for j, s in zip(row, srow) if j >= 0])
             for qid, row, srow in zip(qids, idx, scores)]
 
@@ -172,7 +173,7 @@ def _build_dense(ctx: BuildContext) -> dict[str, Any]:
     model, spec = encoder_model(ctx)
     idx, scores = exact_top_k(emb, encode(model, _query_texts(ctx, queries), spec.batch_size, ctx.progress,
                                           spec.max_tokens), ctx.params["k"])
-    write_rankings(ctx.out / "rankings.jsonl", _ranked(ids, idx, scores, [q.id for q in queries]), top_n=ctx.params["k"])
+    write_rankings(ctx.out / "rankings.jsonl", ranked(ids, idx, scores, [q.id for q in queries]), top_n=ctx.params["k"])
     return {"n_queries": len(queries), "items": len(queries)}
 
 
@@ -182,7 +183,7 @@ def _build_bm25(ctx: BuildContext) -> dict[str, Any]:
     enc, k = ctx.params["encoder"], ctx.params["k"]
     idx, scores = bm25_search(texts, _query_texts(ctx, queries), k, k1=enc["k1"], b=enc["b"],
                               stopwords=enc.get("stopwords"), show_progress=ctx.progress)
-    write_rankings(ctx.out / "rankings.jsonl", _ranked(ids, idx, scores, [q.id for q in queries]), top_n=k)
+    write_rankings(ctx.out / "rankings.jsonl", ranked(ids, idx, scores, [q.id for q in queries]), top_n=k)
     return {"n_queries": len(queries), "items": len(queries)}
 
 
