@@ -9,7 +9,7 @@ PY=${PY:-.venv/bin/python}
 TINY=.cache/stand-ins
 [ -d "$TINY/causal_lm" ] || "$PY" -m skillrouter.models --out "$TINY"
 for sweep in encoder_results pipeline_results body_removal fn_filter loss_ablation skip_ablation topk_ablation \
-             synth_demo synth_r3_demo; do
+             synth_demo synth_r3_demo tune_reranker_lr; do
   "$PY" launch.py -m -cd sweeps -cn "$sweep" progress=false
 done
 "$PY" launch.py -m -cd sweeps -cn field_attention progress=false reranker.base.model="$TINY/causal_lm"

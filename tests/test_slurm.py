@@ -536,3 +536,18 @@ def test_the_users_training_grid_on_the_builtin_data_runs_with_the_clusters_defa
     jobs = _grid_jobs(slurm_env, tmp_path / "grid")
     training = {j["JobName"]: j for j in jobs.values() if j["JobName"] in ("sr-train_encoder", "sr-train_reranker")}
     assert training["sr-train_encoder"]["MinMemoryNode"] == "11G" and training["sr-train_reranker"]["MinMemoryNode"] == "6G"
+
+
+def test_an_optuna_study_dispatches_each_batch_of_trials_and_the_best_trials_test_cell_as_slurm_jobs(slurm_env, tmp_path):
+    sweep = tmp_path / "study"
+    proc = launch(slurm_env, sweep, tmp_path / "cache", "encoder=bm25", "eval.split=dev", "hydra/sweeper=optuna",
+                  "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+                  "encoder.k1=interval(0.5,2.0)")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((sweep / "study.json").read_text())
+    assert [t["state"] for t in summary["trials"]] == ["COMPLETE", "COMPLETE"]
+    for cell in ("0", "1", summary["test"]["cell"]):
+        assert json.loads((sweep / cell / "metrics.json").read_text())["status"] == "completed"
+    jobs = _grid_jobs(slurm_env, sweep)
+    assert any(j["StdOut"].startswith(str(sweep / "test")) for j in jobs.values()), "the test cell ran as jobs too"
+    assert any(not j["StdOut"].startswith(str(sweep / "test")) for j in jobs.values())

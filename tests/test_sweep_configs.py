@@ -52,7 +52,15 @@ def _grid(name: str, tmp_path: Path):
     loader = _loader(ROOT / "sweeps")
     master = loader.load_configuration(name, base, RunMode.MULTIRUN)
     params = [f"{k}={v}" for k, v in (master.hydra.sweeper.params or {}).items()]
-    return loader, master, params
+    return loader, master, [_ends(p) for p in params]
+
+
+def _ends(param: str) -> str:
+    """A study's search interval as the grid of its two ends (a study's trials compose like the cells of a grid)."""
+    override = OverridesParser.create().parse_override(param)
+    if not override.is_interval_sweep():
+        return param
+    return f"{override.get_key_element()}={override.value().start},{override.value().end}"
 
 
 @pytest.mark.parametrize("name", SWEEPS + sorted(GRIDS))

@@ -9,6 +9,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from ..tuning.study import is_study, read_summary
 from .plan import PLAN
 from .status import format_stages, format_status, grid_status, stage_status
 
@@ -16,7 +17,8 @@ from .status import format_stages, format_status, grid_status, stage_status
 class GridSummary(Callback):
     """Print the state of every cell (and of the stages that failed), and what the plan found: the
     overrides that changed nothing, the cells that were one computation. Exit non-zero when any cell
-    failed (cells never raise, so the whole batch runs and this hook is reached)."""
+    failed (cells never raise, so the whole batch runs and this hook is reached); in an Optuna study, when its
+    trials failed more often than ``hydra.sweeper.max_failure_rate`` allows (``study.json`` says)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("plan"):
@@ -33,5 +35,8 @@ class GridSummary(Callback):
                 print(f"  no effect: {noop['key']}={','.join(noop['values'])}: {noop['why']}")
             for cells in plan["one_computation"]:
                 print(f"  one computation: cells {', '.join(f'#{c}' for c in cells)} (their graphs end in one key)")
-        if any(r["status"] != "completed" for r in rows):
+        if is_study(config.hydra):
+            if read_summary(sweep_dir).get("too_many_failures", True):
+                sys.exit(1)
+        elif any(r["status"] != "completed" for r in rows):
             sys.exit(1)

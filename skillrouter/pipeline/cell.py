@@ -40,7 +40,7 @@ from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
 from ..tracking.cell_runs import CellTracker
 from ..tracking.settings import TrackingSettings
-from .compose import CellGraph, compose_cell
+from .compose import CellGraph, compose_cell, scored_split
 from .execute.build import Builder, MissingInput, StageFailed
 from .execute.local import LocalExecutor
 from .execute.slurm_jobs import job_state, memory_fix, stepd_reason
@@ -190,6 +190,7 @@ class CellRun:
         t0 = time.perf_counter()
         scored = score_rankings(self.cfg, self.run_dir, dataset, ordered, choices, data)
         result = scored.result
+        result["split"] = split_record(self.cfg, cache, self.graph.named.get("dev_split"))
         evaluate = StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path="")
         if "mine_negatives" in sink.inputs:
             negatives = sink.inputs["mine_negatives"]
@@ -213,6 +214,14 @@ class CellRun:
             result["downstream"] = downstream_section(cache, downstream)
         scored.examples, scored.stages = examples, dict(self.graph.named)
         return scored
+
+
+def split_record(cfg: DictConfig, cache: StageCache, dev: Stage | None) -> dict[str, Any]:
+    """The split a cell scored and the dev split its training held out: a tuned number says what it was tuned on."""
+    record: dict[str, Any] = {"scored": scored_split(cfg), "allow_test_tuning": bool(cfg.get("allow_test_tuning", False))}
+    if dev is not None and cache.is_complete(dev.kind, dev.key):
+        record["dev"] = cache.manifest(dev.kind, dev.key)["split"]
+    return record
 
 
 def rendered_examples(graph: CellGraph, dataset: Dataset, oracle: dict[str, str] | None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from ..retrieval.dense import EncoderSpec
 from ..agents.harbor import AgentSpec
 from ..agents.skill_sets import condition_label
 from ..stages.agents import agent_trials, skill_sets
-from ..stages.data import builtin_data, builtin_file, load_data, train_pairs, training_subset
+from ..stages.data import builtin_data, builtin_file, dev_split, load_data, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
 from ..stages.reranking import judge_rerank, rerank, score_pairs
 from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_dense
@@ -99,6 +99,23 @@ def _plain(section: DictConfig) -> dict[str, Any]:
 def agent_spec(agent: DictConfig) -> AgentSpec:
     return AgentSpec(name=agent.harbor_name, model=agent.model, kwargs=_plain(agent.kwargs), llm=bool(agent.llm),
                      api_key_env=agent.api_key_env)
+
+
+SPLITS = ("test", "dev")
+
+
+def scored_split(cfg: DictConfig) -> str:
+    """``eval.split``: the queries a cell scores, the benchmark's test queries or a dev split."""
+    split = str(cfg.eval.get("split", "test"))
+    if split not in SPLITS:
+        raise DataError("config", None, "eval.split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def holds_out_dev(cfg: DictConfig) -> bool:
+    """Whether training leaves the dev split out: when the cell scores it, or (``data.hold_out_dev``) when a model
+    tuned on it is scored on the test split."""
+    return scored_split(cfg) == "dev" or bool(cfg.data.get("hold_out_dev"))
 
 
 def _listed(value: Any) -> list[Any]:
@@ -183,6 +200,9 @@ class CellComposer:
         return self.record("load_data_base", load_data(self.data, "easy", False, role="train"))
 
     def dataset(self) -> Stage:
+        """What the cell scores: the benchmark (``eval.split=test``), or the dev split (its queries, the training pool)."""
+        if scored_split(self.cfg) == "dev":
+            return self.pairs()
         return self.record("load_data", load_data(self.data, self.cfg.tier.name, bool(self.cfg.tier.distractors)))
 
     def file(self, key: str) -> FileRef | None:
@@ -200,10 +220,17 @@ class CellComposer:
         return ref
 
     def pairs(self) -> Stage:
+        """What training reads: the training pairs, less the dev split when the cell holds one out."""
+        cfg = self.cfg
         ref = self.file("train_pairs")
         if not ref:
-            raise DataError("config", None, "data.train_pairs", "training needs a pairs JSONL ({query, skill_id(s)})")
-        return self.record("train_pairs", train_pairs(ref, self.base(), self.cfg.data.on_error))
+            what = "a dev split" if scored_split(cfg) == "dev" else "training"
+            raise DataError("config", None, "data.train_pairs", f"{what} needs a pairs JSONL ({{query, skill_id(s)}})")
+        pairs = self.record("train_pairs", train_pairs(ref, self.base(), cfg.data.on_error))
+        if not holds_out_dev(cfg):
+            return pairs
+        return self.record("dev_split", dev_split(pairs, self.data.get("dev_queries"), float(cfg.data.dev_share),
+                                                  int(cfg.data.dev_seed), cfg.data.on_error, int(cfg.data.max_field_chars)))
 
     # -- retrieval and training --------------------------------------------------------------------
     def _dense_pool(self, spec: EncoderSpec, data: Stage, subset: str, role: str, model: Stage | None
@@ -309,7 +336,7 @@ class CellComposer:
         retrieval = self.record("retrieve", self._retrieval(enc, dataset, "all", "benchmark", cfg.retrieve_k, "embed_pool",
                                                             model))
         rankings = retrieval if cfg.reranker.kind == "none" else self.reranked(retrieval, dataset)
-        extras = {name: self.named[name] for name in ("train_pairs", "mine_negatives") if name in self.named}
+        extras = {name: self.named[name] for name in ("train_pairs", "dev_split", "mine_negatives") if name in self.named}
         extras.update({f"synth:{s.kind}": s for s in self.named.values() if s.resource == "llm" and s.kind != "rerank"})
         if cfg.downstream.tasks_root:
             extras.update({f"downstream:{label}": s for label, s in self.downstream(rankings, dataset).items()})

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from ..data import DataError
 from ..synth.client import LLMUnavailable
+from ..tuning.study import StudyRefused, is_study, refuse_test_objective, trial_value
 from ..cache.integrity import StageWriteError
 from .cell import run_cell
 
@@ -28,14 +29,17 @@ def cell_choices(cfg: DictConfig, runtime_choices: Mapping[str, Any] | None = No
     return choices
 
 
-def main(cfg: DictConfig) -> dict[str, Any] | None:
-    """Run one cell. In a multirun, a failed cell is recorded on disk and the grid goes on (the
-    grid summary reports it and sets the exit code); in a single run a data error exits with a
-    one-line message and status 2, any other error keeps its traceback."""
+def main(cfg: DictConfig) -> dict[str, Any] | float | None:
+    """Run one cell; a trial of an Optuna study returns its objective (:mod:`skillrouter.tuning`). In a multirun, a
+    failed cell is recorded on disk and the grid goes on (the grid summary reports it and sets the exit code); in a
+    single run a data error exits with a one-line message and status 2, any other error keeps its traceback."""
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
         group = Path(hc.sweep.dir).name if multirun else "single"
+        if multirun and is_study(hc):
+            refuse_test_objective(cfg)
+            return trial_value(cfg, run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group))
         return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
     except (DataError, StageWriteError, LLMUnavailable) as err:
         if multirun:
@@ -43,6 +47,9 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         kind = {DataError: "data error", StageWriteError: "write error", LLMUnavailable: "no LLM"}[type(err)]
         print(f"skillrouter: {kind}: {err}", file=sys.stderr)
         sys.exit(2)
+    except StudyRefused as refused:
+        log.error("trial refused: %s", refused)
+        return None
     except Exception:
         if multirun:
             return None

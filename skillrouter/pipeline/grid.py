@@ -92,19 +92,25 @@ def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[
     None when nothing is to run (``plan=true``)."""
     from hydra.core.utils import configure_log, setup_globals
 
+    from ..tuning.study import batch_start, is_study
+
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    study = is_study(config.hydra)
+    if study:  # a batch of an Optuna study's trials: each cell's folder is its trial number
+        initial_job_idx = batch_start(config.hydra, initial_job_idx, len(job_overrides))
     grid = compose_grid(SweepConfigs(hydra_context.config_loader, config), job_overrides, initial_job_idx, sweep_dir)
     if describe is not None:
         grid.plan.submission = describe(grid)
-    return grid if plan_or_refuse(grid) else None
+    return grid if plan_or_refuse(grid, allow_noop=study) else None
 
 
-def plan_or_refuse(grid: Grid) -> bool:
+def plan_or_refuse(grid: Grid, allow_noop: bool = False) -> bool:
     """Write ``plan.json``; print the plan. True when the grid should run: not ``plan=true``, and not a
-    grid whose swept overrides change nothing (that ends here, in one line, exit status 2)."""
+    grid whose swept overrides change nothing (that ends here, in one line, exit status 2), unless ``allow_noop``
+    (a study's trials may repeat a value: the cache serves the repeat)."""
     cfg: Any = next(iter(grid.views.values()))
     path = grid.plan.write(grid.sweep_dir)
     if cfg.plan:
@@ -112,7 +118,7 @@ def plan_or_refuse(grid: Grid) -> bool:
         print(f"plan written to {path} (nothing was built or submitted)")
         return False
     refusal = noop_refusal(grid.plan)
-    if refusal and not cfg.allow_noop_overrides:
+    if refusal and not (cfg.allow_noop_overrides or allow_noop):
         print(refusal, file=sys.stderr)
         sys.exit(2)
     print(render(grid.plan, full=False))

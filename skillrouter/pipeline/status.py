@@ -12,9 +12,10 @@ HEADLINE = ("hit@1", "mrr@10", "r@10")
 
 
 def run_dirs(sweep_dir: Path) -> list[Path]:
-    """Cell directories in job order (``#2`` before ``#10``)."""
+    """Cell directories in job order (``#2`` before ``#10``; then nested ones, a study's ``test/trial_<n>/0``)."""
     dirs = (p.parent for p in sweep_dir.rglob("status.json"))
-    return sorted(dirs, key=lambda p: [int(part) if part.isdigit() else part for part in p.relative_to(sweep_dir).parts])
+    return sorted(dirs, key=lambda p: [(0, int(part), "") if part.isdigit() else (1, 0, part)
+                                       for part in p.relative_to(sweep_dir).parts])
 
 
 def cell_status(run_dir: Path) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from .render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_mark
 from .reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
 from .synth import synth_table
 from .tables import TABLES, build_table, reranker_contribution
+from .tuning import NOTES as TUNING_NOTES, tuning_figure, tuning_table
 
 
 SYNTHETIC_DATA = ("builtin", "tiny")
@@ -64,7 +65,9 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
              "synth": ("Data synthesis: what each generation stage made, filtered and spent", synth_table(run_roots),
                        ["One row per generated artifact (shared by every cell that used it); tokens as the server counted them."]),
              "downstream": ("Downstream agents: task success with no, gold and routed skills",
-                            downstream_table(downstream_rows(run_roots, data)), DOWNSTREAM_NOTES)}
+                            downstream_table(downstream_rows(run_roots, data)), DOWNSTREAM_NOTES),
+             "tuning": ("Tuning: Optuna studies on a dev split, and their best trial on test",
+                        tuning_table(run_roots, base), TUNING_NOTES)}
     for name, (title, df, notes) in plain.items():
         write(f"{name}.csv", df.to_csv(index=False))
         write(f"{name}.tex", plain_to_latex(df, name, title, notes))
@@ -87,6 +90,7 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
     index += [f"- `{r['run']}` {r['status']}: {r['error']}" for _, r in bad.iterrows()] or ["- none"]
     if len(on_data):
         written += recall_figure(on_data, base, out)
+    written += tuning_figure(run_roots, out, base)
     index += ["", "### Every file here", ""] + _files(out)
     write("index.md", "\n".join(index) + "\n")
     return written

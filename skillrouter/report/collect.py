@@ -38,6 +38,8 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     row: dict[str, Any] = {"run": shown_path(run_dir, root) if root is not None else str(run_dir), "status": status,
                            "error": data.get("error")}
     row.update({k: str(data.get("choices", {}).get(k)) if k in data.get("choices", {}) else None for k in CHOICE_KEYS})
+    split = data.get("split") or {}
+    row["split"] = ("dev" if split.get("scored") == "dev" else "test, dev held out" if "dev" in split else "test")
     row.update(data.get("metrics", {}))
     row.update({f"n_{k}": v for k, v in data.get("counts", {}).items()})
     down = data.get("downstream") or {}
@@ -51,10 +53,10 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
     project lives. Later duplicates of the same choices (reruns) are kept but marked ``superseded``."""
     rows = [_row(d, base) for d in find_runs(roots)]
     if not rows:
-        return pd.DataFrame(columns=["run", "status", "error", *CHOICE_KEYS])
+        return pd.DataFrame(columns=["run", "status", "error", "split", *CHOICE_KEYS])
     df = pd.DataFrame(rows).sort_values("run", kind="stable").reset_index(drop=True)
     done = df["status"] == "completed"
-    key = df[list(CHOICE_KEYS)].fillna("").astype(str).agg("|".join, axis=1)  # eval is absent from older runs
+    key = df[[*CHOICE_KEYS, "split"]].fillna("").astype(str).agg("|".join, axis=1)  # eval is absent from older runs
     strata = [c for c in df.columns if "=" in c]  # breakdown metrics: a run scored by other strata is not a rerun
     if strata:
         key = key + "|" + df[strata].notna().apply(lambda r: ",".join(r.index[r]), axis=1)
@@ -64,7 +66,9 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
 
 
 def usable(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["status"] == "completed") & ~df["superseded"]]
+    """The runs the paper tables show: completed, the latest of their choices, scored on the test split with all
+    training data (a study's dev-scored trials and its held-out test cells are in the tuning table)."""
+    return df[(df["status"] == "completed") & ~df["superseded"] & (df["split"].fillna("test") == "test")]
 
 
 def unsynthesised(df: pd.DataFrame) -> pd.Series:

@@ -6,12 +6,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..data import builtin, columnar, dataset as dataset_module, loaders, releases
+from ..data import builtin, columnar, dataset as dataset_module, dev_split as dev_split_module, loaders, releases
 from ..data.columnar import write_dataset
 from ..data.dataset import load_source, source_files
 from ..data.jsonl import atomic_write_jsonl, read_jsonl
-from ..data.loaders import ErrorPolicy
-from ..data.types import LoadReport
+from ..data.loaders import ErrorPolicy, check_ground_truth, load_queries
+from ..data.types import Dataset, LoadReport
 from ..train import pairs as pairs_module
 from ..train.pairs import TrainExample, load_pairs
 from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inputs
@@ -82,6 +82,35 @@ def train_pairs(pairs: FileRef, base: Stage, on_error: str) -> Stage:
     return Stage("train_pairs", _build_pairs, {"on_error": on_error, "files": names}, inputs={**inputs, "data": base},
                  files=files, cheap=True, options={"paths": paths},
                  code=(pairs_module.__name__,))
+
+
+def _build_dev_split(ctx: BuildContext) -> dict[str, Any]:
+    base, examples, p = ctx.dataset("data"), read_examples(ctx.input("pairs")), ctx.params
+    path = ctx.file("dev_queries")
+    if path:
+        policy = ErrorPolicy(p["on_error"], LoadReport())
+        queries, _ = load_queries(path, "auto", policy, p["max_field_chars"])
+        queries = check_ground_truth(queries, {s.id for s in base.skills}, policy, path)
+        split, source = dev_split_module.given(examples, queries), {"source": "file", "file": path}
+    else:
+        split = dev_split_module.carve(examples, p["share"], p["seed"], ctx.stage.options["pairs_file"])
+        source = {"source": "share", "share": p["share"], "seed": p["seed"]}
+    atomic_write_jsonl(ctx.out / EXAMPLES, (asdict(ex) for ex in split.train))
+    write_dataset(Dataset(base.skills, split.queries, distractor_ids=base.distractor_ids), ctx.out)
+    return {"split": dev_split_module.describe(split, source), "n_examples": len(split.train), "n_skills": len(base.skills),
+            "n_queries": len(split.queries), "n_training_pool": len(base.training_pool()), "items": len(examples)}
+
+
+def dev_split(pairs: Stage, dev_queries: FileRef | None, share: float, seed: int, on_error: str, max_field_chars: int) -> Stage:
+    """The training pairs less a dev split, and that split as a dataset (the training pool, the dev queries):
+    a drop-in for ``train_pairs`` where training reads it and for ``load_data`` where a cell scores the dev split
+    (:mod:`skillrouter.data.dev_split`)."""
+    inputs, files, names, paths = file_inputs({"dev_queries": dev_queries})
+    params = ({"files": names, "on_error": on_error, "max_field_chars": max_field_chars} if dev_queries
+              else {"share": share, "seed": seed})
+    return Stage("dev_split", _build_dev_split, params, inputs={**inputs, "pairs": pairs, "data": pairs.inputs["data"]},
+                 files=files, cheap=True, code=(dev_split_module.__name__,),
+                 options={"paths": paths, "pairs_file": pairs.options.get("paths", {}).get("pairs", "data.train_pairs")})
 
 
 def read_examples(entry: Path) -> list[TrainExample]:

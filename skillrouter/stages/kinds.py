@@ -18,6 +18,8 @@ KINDS: dict[str, Kind] = {
     "builtin_data": Kind(("data.builtin",), "data=builtin|tiny"),
     "load_data": Kind(("data", "tier"), "every cell"),
     "train_pairs": Kind(("data.train_pairs", "data.on_error"), "a trained encoder or reranker"),
+    "dev_split": Kind(("data.dev_queries", "data.dev_share", "data.dev_seed", "data.hold_out_dev", "eval.split"),
+                      "eval.split=dev or data.hold_out_dev=true"),
     "embed_pool": Kind(("encoder", "fields", "caps"), "a dense encoder"),
     "embed_shard": Kind(("encoder", "fields", "caps", "embed.shards"), "embed.shards > 1"),
     "export_onnx": Kind(("encoder.backend",), "encoder.backend=onnx|onnx-int8"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
@@ -27,10 +27,14 @@ def grid_table(sweep_dir: Path) -> tuple[list[str], list[list[Any]]]:
     return columns, data
 
 
-def log_grid(cfg: DictConfig, sweep_dir: Path) -> None:
-    """Log the ended grid in ``sweep_dir`` (a cell's frozen config says where and whether to track)."""
+def log_grid(cfg: DictConfig, sweep_dir: Path, study: Mapping[str, Any] | None = None) -> None:
+    """Log the ended grid in ``sweep_dir`` (a cell's frozen config says where and whether to track). An Optuna
+    study is one grid run, logged when the study ends (``study``: its summary; a batch of trials logs nothing)
+    with its trials as a table and the best trial and its test score in the summary."""
+    from ..tuning.study import is_study
+
     settings = TrackingSettings.of(cfg, Path(sweep_dir).name)
-    if settings is None:
+    if settings is None or (study is None and is_study(cfg.hydra)):
         return
     with guarded("logging the grid's run"):
         import wandb
@@ -41,9 +45,27 @@ def log_grid(cfg: DictConfig, sweep_dir: Path) -> None:
         run = settings.init(sweep_dir / "grid", "grid", f"grid {settings.group}", {"sweep": str(sweep_dir), "cells": len(data)},
                             run_id=f"grid-{stable_hash(str(Path(sweep_dir).resolve()), 12)}")
         run.log({"cells": wandb.Table(columns=columns, data=data)})
+        if study is not None:
+            run.log({"trials": wandb.Table(*trials_table(study))})
+            run.summary.update(study_summary(study))
         run.summary.update({"cells": len(data), "completed": statuses.count("completed"),
                             "failed": len(data) - statuses.count("completed"), **{f"plan/{k}": v for k, v in plan.get("totals", {}).items()}})
         run.finish()
+
+
+def trials_table(study: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    params = sorted({p for t in study["trials"] for p in t["params"]})
+    return (["trial", "state", *params, study["objective"]],
+            [[t["number"], t["state"], *[t["params"].get(p) for p in params], t["value"]] for t in study["trials"]])
+
+
+def study_summary(study: Mapping[str, Any]) -> dict[str, Any]:
+    best = study.get("best") or {}
+    test = (study.get("test") or {}).get("metrics", {})
+    return {"study/trials": len(study["trials"]), "study/best_trial": best.get("number"),
+            **{f"study/best/{k}": v for k, v in best.get("params", {}).items()},
+            f"study/best/{study['objective']}@{(study.get('split') or {}).get('scored', 'dev')}": best.get("value"),
+            **{f"study/test/{k}": v for k, v in test.items()}}
 
 
 def log_report(written: list[Path], roots: list[Path], out: Path) -> None:
