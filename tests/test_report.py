@@ -19,7 +19,7 @@ from skillrouter.report.significance import paired_randomization
 from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
 SPECS = {t.name: t for t in TABLES}
-PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream")
+PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream", "tuning")
 BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
         "seed": "0", "tracking": "none"}
 

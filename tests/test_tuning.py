@@ -28,7 +28,7 @@ from .conftest import ROOT, write_jsonl
 TINY = {"seed": 0, "n_domains": 3, "techs_per_domain": 2, "siblings": 3, "eval_siblings": 1, "n_multi": 3, "train_techs": 1}
 STUDY = ["data=tiny", "encoder=trained", "reranker=trained", "eval.split=dev", "hydra/sweeper=optuna",
          "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-         "reranker.train.lr=tag(log,interval(1e-5,1e-3))", "tracking=wandb"]
+         "reranker.train.lr=tag(log,interval(1e-5,1e-3))", "reranker.list_size=4", "tracking=wandb"]
 
 
 def _command(tmp_path: Path, *overrides: str, multirun: bool = True) -> list[str]:

@@ -32,7 +32,8 @@ def cell_status(run_dir: Path) -> dict[str, Any]:
 
 
 def grid_status(sweep_dir: Path) -> list[dict[str, Any]]:
-    return [cell_status(d) for d in run_dirs(sweep_dir)]
+    """Each cell's status, with its folder in the sweep (``cell``: ``3``, or a study's ``test/trial_3/0``)."""
+    return [{**cell_status(d), "cell": d.relative_to(sweep_dir).as_posix()} for d in run_dirs(sweep_dir)]
 
 
 def cell_overrides(run_dir: Path) -> list[str]:
@@ -95,7 +96,7 @@ def format_status(rows: list[dict[str, Any]]) -> str:
     for r, label in zip(rows, labels):
         detail = r["error"] if r["status"] == "failed" else " ".join(
             f"{k}={v:.4f}" for k, v in r["metrics"].items() if v is not None)
-        lines.append(f"  [{r['status']:>9}] #{Path(r['run']).name} {label}  {detail}")
+        lines.append(f"  [{r['status']:>9}] #{r['cell']} {label}  {detail}")
     return "\n".join(lines)
 
 

@@ -68,7 +68,8 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
 def usable(df: pd.DataFrame) -> pd.DataFrame:
     """The runs the paper tables show: completed, the latest of their choices, scored on the test split with all
     training data (a study's dev-scored trials and its held-out test cells are in the tuning table)."""
-    return df[(df["status"] == "completed") & ~df["superseded"] & (df["split"].fillna("test") == "test")]
+    split = df["split"].fillna("test") if "split" in df else "test"  # runs from before splits: the test split
+    return df[(df["status"] == "completed") & ~df["superseded"] & (split == "test")]
 
 
 def unsynthesised(df: pd.DataFrame) -> pd.Series:

@@ -22,7 +22,7 @@ def grid_table(sweep_dir: Path) -> tuple[list[str], list[list[Any]]]:
     rows = grid_status(sweep_dir)
     choices = sorted({k for r in rows for k in r["choices"]})
     columns = ["cell", *choices, "status", *HEADLINE, "stages_reused", "stages", "seconds", "error"]
-    data = [[Path(r["run"]).name, *[r["choices"].get(k) for k in choices], r["status"], *[r["metrics"].get(m) for m in HEADLINE],
+    data = [[r["cell"], *[r["choices"].get(k) for k in choices], r["status"], *[r["metrics"].get(m) for m in HEADLINE],
              r["stages_reused"], r["stages"], r["seconds"], r["error"]] for r in rows]
     return columns, data
 
