@@ -205,3 +205,20 @@ def test_a_study_that_would_tune_on_the_wrong_thing_is_refused(overrides, said):
         cfg = compose("config", overrides=["hydra/sweeper=optuna", *overrides], return_hydra_config=True)
     with pytest.raises(StudyRefused, match=said):
         check(cfg)
+
+
+@pytest.mark.slow
+def test_a_study_from_a_config_folder_scores_its_best_trial_with_that_config(tmp_path):
+    """``-cd DIR -cn NAME`` (how sweeps/ run): the best trial's test cell is composed from the same config."""
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "bm25_study.yaml").write_text(
+        "defaults:\n  - config\n  - override hydra/sweeper: optuna\n  - _self_\ndata: {builtin: {seed: 0, n_domains: 3, "
+        "techs_per_domain: 2, siblings: 3, eval_siblings: 1, n_multi: 3, train_techs: 1}}\neval: {split: dev}\n"
+        "hydra:\n  sweeper:\n    direction: maximize\n    n_trials: 2\n    n_jobs: 2\n"
+        "    params: {encoder: bm25, encoder.k1: 'interval(0.5, 2.0)'}\n")
+    proc = _run(tmp_path, "-cd", str(tmp_path / "sweeps"), "-cn", "bm25_study")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert summary["test"]["status"] == "completed" and summary["test"]["cell"].startswith("test/trial_")
+    tested = _metrics(tmp_path / "study" / summary["test"]["cell"])
+    assert tested["n_queries"] == 9 and tested["choices"]["encoder"] == "bm25"

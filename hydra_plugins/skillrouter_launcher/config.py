@@ -63,3 +63,24 @@ class GridSweeperConf(BasicSweeperConf):
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="skillrouter_basic", node=GridSweeperConf, provider="skillrouter")
+
+
+@dataclass
+class StudyCellSweeperConf:
+    """A study's config (its ``hydra.sweeper`` settings valid as they are: the Optuna sweeper's keys) run as one cell:
+    the best trial's test cell. Untyped: the Optuna plugin's own schema classes do not pickle from here."""
+
+    _target_: str = "hydra_plugins.skillrouter_launcher.sweeper.StudyCellSweeper"
+    sampler: Any = None
+    direction: Any = None
+    storage: Any = None
+    study_name: Any = None
+    n_trials: Any = None
+    n_jobs: Any = None
+    max_failure_rate: Any = None
+    search_space: Any = None
+    params: Any = None
+    custom_search_space: Any = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="study_cell", node=StudyCellSweeperConf, provider="skillrouter")

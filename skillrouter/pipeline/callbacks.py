@@ -18,7 +18,8 @@ class GridSummary(Callback):
     """Print the state of every cell (and of the stages that failed), and what the plan found: the
     overrides that changed nothing, the cells that were one computation. Exit non-zero when any cell
     failed (cells never raise, so the whole batch runs and this hook is reached); in an Optuna study, when its
-    trials failed more often than ``hydra.sweeper.max_failure_rate`` allows (``study.json`` says)."""
+    trials failed more often than ``hydra.sweeper.max_failure_rate`` allows or its best trial's test cell did not
+    complete (``study.json`` says)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("plan"):
@@ -36,7 +37,8 @@ class GridSummary(Callback):
             for cells in plan["one_computation"]:
                 print(f"  one computation: cells {', '.join(f'#{c}' for c in cells)} (their graphs end in one key)")
         if is_study(config.hydra):
-            if read_summary(sweep_dir).get("too_many_failures", True):
+            study = read_summary(sweep_dir)
+            if study.get("too_many_failures", True) or (study.get("test") or {}).get("status") != "completed":
                 sys.exit(1)
         elif any(r["status"] != "completed" for r in rows):
             sys.exit(1)

@@ -56,10 +56,12 @@ class StudyCallback(Callback):
             summary["split"] = trial.get("split")
             summary["test"] = test_of_best(config, sweep_dir, best["number"], trial)
         path = write_summary(sweep_dir, summary)
+        test = summary.get("test") or {}
+        on_test = (f"on test: {config.objective}={test['metrics'].get(config.objective)}" if test.get("status") == "completed"
+                   else f"its test cell did not complete ({test.get('status')}: {test.get('error')}), see {sweep_dir / TEST_DIR}")
         print(f"study {summary['study']}: {len(summary['trials'])} trials; best "
               + (f"#{best['number']} {best['params']} {config.objective}={best['value']:.4f} on {summary['split']['scored']}; "
-                 f"on test: {summary['test']['metrics'].get(config.objective)}" if best else "none (no trial finished)")
-              + f"; {path}")
+                 f"{on_test}" if best else "none (no trial finished)") + f"; {path}")
         log_grid(config, sweep_dir, study=summary)
 
 
@@ -74,10 +76,11 @@ def test_of_best(config: DictConfig, sweep_dir: Path, number: int, trial: dict[s
         overrides = [o for o in cell_overrides(sweep_dir / str(number)) if o.split("=")[0].lstrip("+~") not in SCORED_ELSEWHERE]
         carried = [o for o in OmegaConf.to_container(config.hydra.overrides.hydra)
                    if not o.split("=")[0].startswith(STUDY_ONLY)]
-        main = next(s for s in config.hydra.runtime.config_sources if s.provider == "main")
-        command = [sys.executable, str(Path(sys.argv[0]).resolve()), "-m", "--config-dir", str(main.path),
+        sources = {s.provider: s.path for s in config.hydra.runtime.config_sources}
+        config_dir = sources.get("command-line") or sources["main"]  # -cd sweeps, else the app's conf/
+        command = [sys.executable, str(Path(sys.argv[0]).resolve()), "-m", "--config-dir", str(config_dir),
                    "--config-name", str(config.hydra.job.config_name), *overrides, "eval.split=test",
-                   "data.hold_out_dev=true", *carried, "hydra/sweeper=skillrouter_basic", f"hydra.sweep.dir={cell_root}"]
+                   "data.hold_out_dev=true", *carried, "hydra/sweeper=study_cell", f"hydra.sweep.dir={cell_root}"]
         log.info("scoring the best trial #%d on the test split, once: %s", number, " ".join(command))
         own_service = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # W&B: its own, not this process's
         subprocess.run(command, check=False, env=own_service)
