@@ -14,7 +14,6 @@ this module adds around the plugin, read before it starts (:func:`prepare`):
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from ..data.jsonl import atomic_write_json, read_json
 from ..eval.metrics import parse_metrics
 from ..pipeline.compose import scored_split
 
@@ -113,10 +113,8 @@ def prepare(cfg: DictConfig) -> tuple[str, set[int]]:
 
 def mark_stopped(run_dir: Path) -> None:
     """A stale trial's cell, left ``running`` by the killed study: recorded as failed, saying why."""
-    from ..data.jsonl import atomic_write_json
-
     if (run_dir / "status.json").exists() and not (run_dir / "metrics.json").exists():
-        started = json.loads((run_dir / "status.json").read_text())
+        started = read_json(run_dir / "status.json")
         failed = {"choices": started.get("choices", {}), "status": "failed",
                   "error": "the study was stopped while this trial ran (marked failed when it resumed)"}
         for name in ("metrics.json", "status.json"):
@@ -163,8 +161,6 @@ def summarize(storage: str, name: str, before: set[int], max_failure_rate: float
 
 
 def write_summary(sweep_dir: Path, summary: Mapping[str, Any]) -> Path:
-    from ..data.jsonl import atomic_write_json
-
     atomic_write_json(sweep_dir / SUMMARY, dict(summary))
     return sweep_dir / SUMMARY
 
@@ -172,4 +168,4 @@ def write_summary(sweep_dir: Path, summary: Mapping[str, Any]) -> Path:
 def read_summary(sweep_dir: Path) -> dict[str, Any]:
     """A study's ``study.json`` ({} when the study wrote none: it stopped before it ended)."""
     path = sweep_dir / SUMMARY
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json(path) if path.exists() else {}
