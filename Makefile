@@ -26,10 +26,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/python launch.py -m encoder=bm25,minilm fields=nd,all
 
-# Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
+# The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
 # Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail).
 test: setup system-deps
 	bash scripts/harbor_env.sh .venv-harbor || echo "make test: no Harbor environment; the agent-trial tests will skip" >&2
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 bench: setup

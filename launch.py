@@ -5,7 +5,7 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def launch(cfg: DictConfig):
-    from skillrouter.pipeline.entry import main
+    from skillrouter.tuning.entry import main  # a cell, or an Optuna study's trial (tuning sits above the pipeline)
 
     return main(cfg)
 

@@ -15,7 +15,7 @@ from skillrouter.models import build_tiny_qwen3
 from skillrouter.rerank.scorers import PairScorer
 from skillrouter.rerank.spec import RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, load_encoder
-from skillrouter.tracking import live
+from skillrouter import events
 from skillrouter.train import data_parallel
 from skillrouter.train.config import EncoderLoss, TrainConfig
 from skillrouter.train.encoder import train_encoder_losses
@@ -41,13 +41,14 @@ def qwen(tmp_path_factory):
 
 
 class Steps:
-    """A stage run stand-in: the steps a training reports, by step."""
+    """An observer: the steps a training reports, by step."""
 
     def __init__(self):
         self.steps: dict[int, dict] = {}
 
-    def log(self, values, step=None):
-        self.steps[step] = values
+    def notify(self, event):
+        if isinstance(event, events.StageStep):
+            self.steps[event.step] = dict(event.values)
 
 
 def test_two_gloo_processes_train_the_single_process_encoder(tmp_path, qwen):
@@ -56,9 +57,9 @@ def test_two_gloo_processes_train_the_single_process_encoder(tmp_path, qwen):
     loss = EncoderLoss("multi_infonce", 1 / 30, 0.25)
     args = (spec, EXAMPLES, NEGATIVES, TEXTS, loss, cfg)
     one_steps, two_steps = Steps(), Steps()
-    with live.reporting_to(one_steps):
+    with events.building([one_steps], events.StageRef("train_encoder", "one")):
         single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
-    with live.reporting_to(two_steps):  # rank 0 reports from its own process, through the parent's queue
+    with events.building([two_steps], events.StageRef("train_encoder", "two")):  # rank 0 reports from its own process, through the parent's queue
         double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
     assert double == pytest.approx(single, abs=1e-5) and len(single) == 4
     assert sorted(two_steps.steps) == sorted(one_steps.steps) == [1, 2, 3, 4]

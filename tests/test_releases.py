@@ -130,7 +130,7 @@ def test_r3_predictions_match_by_query_text(tmp_path):
 
 
 def _score(tmp_path, predictions, *overrides):
-    return subprocess.run([sys.executable, "-m", "skillrouter.eval.score", f"predictions={predictions}", *overrides,
+    return subprocess.run([sys.executable, "-m", "skillrouter.score", f"predictions={predictions}", *overrides,
                            f"cache_dir={tmp_path / 'cache'}"], cwd=ROOT, capture_output=True, text=True)
 
 
@@ -138,7 +138,7 @@ def _score(tmp_path, predictions, *overrides):
 def test_done_when_grid_on_the_release_layout_and_scoring_predictions(tmp_path, core):
     """`launch.py -m data=skillrouter_core tier=easy,hard encoder=bm25 eval=skillrouter`: both tiers
     score their tasks, Hard's graded nDCG counts the degraded variant, and each cell's release-format
-    predictions.json scores to the same numbers through eval.score."""
+    predictions.json scores to the same numbers through skillrouter.score."""
     proc = launch(tmp_path, "data=skillrouter_core", f"data.root={core}", "tier=easy,hard", "encoder=bm25",
                   "eval=skillrouter")
     assert proc.returncode == 0, proc.stderr[-3000:]

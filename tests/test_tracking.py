@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from skillrouter.events import CellStarted
 from skillrouter.tracking.cell_runs import CellTracker
 from skillrouter.tracking.offline import offline_runs, table
-from skillrouter.tracking.secrets import REDACTED, redact_arg, scrub
+from skillrouter.secrets import REDACTED, redact_arg, scrub
 from skillrouter.tracking.settings import TrackingSettings
 from skillrouter.tracking.stage_runs import artifact_name, artifact_record
 from skillrouter.tracking.sync import sync
@@ -96,9 +97,8 @@ def test_a_killed_training_continues_its_run_from_the_checkpoint(tmp_path):
 
 def test_tracking_that_fails_costs_one_warning_and_never_the_cell(tmp_path, caplog, offline):
     broken = TrackingSettings("p", None, "no-such-mode", "g")
-    tracker = CellTracker(broken, tmp_path)
     with caplog.at_level(logging.WARNING):
-        tracker.start(__import__("omegaconf").OmegaConf.create({"a": 1}), {"encoder": "bm25"}, tmp_path)
+        tracker = CellTracker(broken, CellStarted(str(tmp_path), "g", {"encoder": "bm25"}, {"a": 1}))
     assert tracker.run is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("W&B: starting the cell's run failed")

@@ -12,7 +12,7 @@ import torch
 from skillrouter.cache.store import StageCache
 from skillrouter.pipeline.execute.build import Builder
 from skillrouter.stages.graph import BuildContext, Stage
-from skillrouter.tracking.settings import TrackingSettings
+from skillrouter.tracking.observer import WandbObserver
 from skillrouter.train.config import TrainConfig
 from skillrouter.train.loop import train
 
@@ -44,7 +44,7 @@ def stage() -> Stage:
 
 def build(root: Path, mode: str = "offline") -> Builder:
     builder = Builder(StageCache(root / "cache"), progress=False, user=str(root / "sweep"),
-                      tracking=TrackingSettings("skillrouter-test", None, mode, "sweep"))
+                      observers=[WandbObserver("skillrouter-test", None, mode, "sweep")])
     builder.build(stage())
     return builder
 

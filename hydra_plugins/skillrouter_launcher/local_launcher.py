@@ -1,7 +1,7 @@
 """The local grid launcher (``hydra/launcher=local``, the default): the sweep's cells composed into one
 graph, its unique stages built in topological order in this process (``workers`` side by side), then
 each cell scored in its own run directory through Hydra's ``run_job`` (its ``.hydra/`` files, its log),
-then the grid's own W&B run when tracking is on."""
+then the grid's end told to its observers (W&B's grid run when tracking is on)."""
 from __future__ import annotations
 
 import logging
@@ -59,24 +59,25 @@ class LocalGridLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from skillrouter.events import observers_of
         from skillrouter.pipeline.cell import GridRun, grid_run
         from skillrouter.pipeline.execute.build import Builder
         from skillrouter.pipeline.execute.local import LocalExecutor
-        from skillrouter.pipeline.grid import launch_grid
+        from skillrouter.pipeline.grid import end_grid, launch_grid
         from skillrouter.pipeline.journal import StageJournal
         from skillrouter.progress import quiet_library_bars
-        from skillrouter.tracking.grid_run import log_grid
-        from skillrouter.tracking.settings import TrackingSettings
+        from skillrouter.tuning.study import trial_batch
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
-        grid = launch_grid(self.config, self.hydra_context, job_overrides, initial_job_idx)
+        first, study = trial_batch(self.config.hydra, initial_job_idx, len(job_overrides))
+        grid = launch_grid(self.config, self.hydra_context, job_overrides, first, study=study)
         if grid is None:
             return []
         sweep_dir = grid.sweep_dir
         quiet_library_bars()
         cfg: Any = next(iter(grid.configs.values()))
         builder = Builder(grid.cache, StageJournal(sweep_dir), progress=cfg.progress, user=str(sweep_dir),
-                          tracking=TrackingSettings.of(cfg, sweep_dir.name))
+                          observers=observers_of(cfg, sweep_dir.name))
         with StageLog(sweep_dir, self.config.hydra.job_logging.get("loggers") or {}):
             LocalExecutor(builder, workers=self.workers, server=grid.llm_server()).run(grid.sinks())
         runs = []
@@ -84,5 +85,5 @@ class LocalGridLauncher(Launcher):
             for idx, config in grid.configs.items():
                 runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                                     job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir"))
-        log_grid(cfg, sweep_dir)
+        end_grid(grid, study_batch=study)
         return runs

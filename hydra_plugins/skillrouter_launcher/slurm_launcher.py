@@ -135,11 +135,12 @@ class SlurmGridLauncher(SlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from skillrouter.pipeline.cell import GridRun
-        from skillrouter.pipeline.grid import launch_grid
-        from skillrouter.tracking.grid_run import log_grid
+        from skillrouter.pipeline.grid import end_grid, launch_grid
+        from skillrouter.tuning.study import trial_batch
 
         assert self.config is not None and self.hydra_context is not None
-        grid = launch_grid(self.config, self.hydra_context, job_overrides, initial_job_idx, self.describe)
+        first, study = trial_batch(self.config.hydra, initial_job_idx, len(job_overrides))
+        grid = launch_grid(self.config, self.hydra_context, job_overrides, first, self.describe, study=study)
         if grid is None:
             return []
         sweep_dir = grid.sweep_dir
@@ -159,7 +160,7 @@ class SlurmGridLauncher(SlurmLauncher):
         finally:
             if server:
                 server.stop()
-        log_grid(next(iter(grid.configs.values())), sweep_dir)
+        end_grid(grid, study_batch=study)
         return results
 
     def describe(self, grid: Any) -> dict[str, Any]:
@@ -233,13 +234,13 @@ class SlurmGridLauncher(SlurmLauncher):
         from skillrouter.pipeline.cell import GridRun
         from skillrouter.pipeline.execute.slurm import (SCORE_KIND, SlurmStageDispatch, StageJob, make_executor,
                                                         plan_units, reconcile, same_resources, scoring_groups, wait_all)
+        from skillrouter.events import observers_of
         from skillrouter.pipeline.journal import StageJournal
-        from skillrouter.tracking.settings import TrackingSettings
 
         cfg: Any = next(iter(grid.configs.values()))
         params = self._base()
         job = StageJob(str(grid.cache.root), str(sweep_dir), bool(cfg.progress), grid.cache.stale_after,
-                       grid.cache.verify_after_days, TrackingSettings.of(cfg, sweep_dir.name))
+                       grid.cache.verify_after_days, observers_of(cfg, sweep_dir.name))
         dispatcher = SlurmStageDispatch(params["submitit_folder"], params, self._classes(), job, params.get("max_queued"))
         units = plan_units(grid.plan, same_resources(self._classes()))
         try:

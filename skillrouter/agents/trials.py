@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..cache.store import stable_hash
-from ..tracking.secrets import mask, secret_values
+from ..secrets import mask, secret_values
 
 TRIAL_KIND = "agent_trial"  # cache folder of the trials themselves (the agent_trials stages index them)
 RESULT = "result.json"

@@ -39,6 +39,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ..data.types import Query
 
+HEADLINE = ("hit@1", "mrr@10", "r@10")  # what a grid's summary shows of each cell
+
 DEFAULT_METRICS = ("hit@1", "mrr@10", "r@10", "r@20", "r@50", "fc@10", "ndcg@10", "comp@10", "set_compat")
 _NAME = re.compile(r"^(hit|mrr|r|p|map|fc|ndcg|comp)@([1-9][0-9]*)$")
 

@@ -1,4 +1,5 @@
-"""Hydra callbacks: a grid summary printed at the end of every multirun."""
+"""Hydra callbacks: a grid summary printed at the end of every multirun (``skillrouter.tuning.callbacks`` extends it
+with what an Optuna study adds)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ..tuning.study import is_study, read_summary
 from .plan import PLAN
 from .status import format_stages, format_status, grid_status, stage_status
 
@@ -17,9 +17,7 @@ from .status import format_stages, format_status, grid_status, stage_status
 class GridSummary(Callback):
     """Print the state of every cell (and of the stages that failed), and what the plan found: the
     overrides that changed nothing, the cells that were one computation. Exit non-zero when any cell
-    failed (cells never raise, so the whole batch runs and this hook is reached); in an Optuna study, when its
-    trials failed more often than ``hydra.sweeper.max_failure_rate`` allows or its best trial's test cell did not
-    complete (``study.json`` says)."""
+    failed (cells never raise, so the whole batch runs and this hook is reached), or as :meth:`failed` says."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("plan"):
@@ -36,9 +34,9 @@ class GridSummary(Callback):
                 print(f"  no effect: {noop['key']}={','.join(noop['values'])}: {noop['why']}")
             for cells in plan["one_computation"]:
                 print(f"  one computation: cells {', '.join(f'#{c}' for c in cells)} (their graphs end in one key)")
-        if is_study(config.hydra):
-            study = read_summary(sweep_dir)
-            if study.get("too_many_failures", True) or (study.get("test") or {}).get("status") != "completed":
-                sys.exit(1)
-        elif any(r["status"] != "completed" for r in rows):
+        if self.failed(config, sweep_dir, rows):
             sys.exit(1)
+
+    def failed(self, config: DictConfig, sweep_dir: Path, rows: list[dict[str, Any]]) -> bool:
+        """Whether the multirun failed: whether any of its cells did."""
+        return any(r["status"] != "completed" for r in rows)

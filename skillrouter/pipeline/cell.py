@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from .. import events
 from ..cache.store import StageCache, StageRecord, record_dict
 from ..data import Dataset, load_descriptions
 from ..data.jsonl import atomic_write_json, read_json
@@ -38,8 +39,6 @@ from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
 from ..stages.agents import downstream_section
 from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
-from ..tracking.cell_runs import CellTracker
-from ..tracking.settings import TrackingSettings
 from .compose import CellGraph, compose_cell, scored_split
 from .execute.build import Builder, MissingInput, StageFailed
 from .execute.local import LocalExecutor
@@ -76,6 +75,11 @@ class Scored:
     rankings: list[Ranking]
     examples: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, Stage] = field(default_factory=dict)
+
+    def event(self, run_dir: str, cache_root: str) -> events.CellScored:
+        """What watchers are told of it (plain data: the stages by kind and key)."""
+        return events.CellScored(run_dir, cache_root, self.result, self.rows, self.queries, self.rankings, self.examples,
+                                 {name: events.StageRef(s.kind, s.key) for name, s in self.stages.items()})
 
 
 _grid: contextvars.ContextVar[GridRun | None] = contextvars.ContextVar("grid", default=None)
@@ -136,7 +140,7 @@ class CellRun:
         self.journal = StageJournal(grid.sweep_dir) if grid else None
         group = Path(grid.sweep_dir).name if grid else "single"
         self.builder = Builder(self.cache, self.journal, progress=cfg.progress, user=str(run_dir),
-                               tracking=TrackingSettings.of(cfg, group))
+                               observers=events.observers_of(cfg, group))
         self.needed: set[str] = set()  # the stages this run read or built (the others: upstream of a cached stage)
 
     def build(self) -> None:
@@ -245,7 +249,7 @@ def evaluate_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> Sc
 def score_rankings(cfg: DictConfig, run_dir: Path, dataset: Dataset, ordered: list[Ranking], choices: dict[str, str],
                    data: dict[str, Any]) -> Scored:
     """Score a set of rankings (one per query, in query order) under the ``eval`` config, a cell's own
-    or an external system's (``eval.score``): writes ``rankings.jsonl``, ``predictions.json`` and
+    or an external system's (``skillrouter.score``): writes ``rankings.jsonl``, ``predictions.json`` and
     ``per_query.json`` to ``run_dir``."""
     write_rankings(run_dir / "rankings.jsonl", ordered)
     write_predictions(run_dir / "predictions.json", ordered)
@@ -282,14 +286,14 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
     quiet_library_bars()
     atomic_write_json(run_dir / "status.json", {"status": "running", "started": time.time(), "choices": choices})
     atomic_write_json(run_dir / "provenance.json", provenance(cfg))
-    tracker = CellTracker(TrackingSettings.of(cfg, group), cfg.cache_dir)
-    tracker.start(cfg, choices, run_dir)
+    observers, cell = events.observers_of(cfg, group), str(run_dir)
+    events.publish(observers, events.CellStarted(cell, group, choices, OmegaConf.to_container(cfg, resolve=True)))
     try:
         scored = evaluate(cfg, run_dir, choices)
         result = scored.result
-        tracker.log_result(scored)
+        events.publish(observers, scored.event(cell, str(cfg.cache_dir)))
     except Exception as exc:
-        tracker.finish(failed=True)
+        events.publish(observers, events.CellEnded(cell, failed=True))
         cause = exc.cause if isinstance(exc, StageFailed) and exc.cause else exc
         (run_dir / "error.txt").write_text("".join(traceback.format_exception(cause)))
         failed = failure_record(choices, exc)
@@ -297,7 +301,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, choices: dict[str, str], group: str
         atomic_write_json(run_dir / "status.json", {**failed, "ended": time.time()})
         log.error("cell failed: %s (traceback in %s)", failed["error"], run_dir / "error.txt")
         raise
-    tracker.finish()
+    events.publish(observers, events.CellEnded(cell))
     atomic_write_json(run_dir / "metrics.json", result)
     atomic_write_json(run_dir / "status.json", {"status": "completed", "ended": time.time(), "choices": choices,
                                                 "stages": result["stages"]})

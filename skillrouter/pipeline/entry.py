@@ -1,10 +1,11 @@
-"""What ``launch.py`` hands the composed config to: one cell, with Hydra's run directory and choices."""
+"""One cell run from its composed config, with Hydra's run directory and choices (``launch.py`` comes here through
+``skillrouter.tuning.entry``, which makes a cell an Optuna study's trial where one drives the multirun)."""
 from __future__ import annotations
 
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -12,7 +13,6 @@ from omegaconf import DictConfig
 
 from ..data import DataError
 from ..synth.client import LLMUnavailable
-from ..tuning.study import StudyRefused, is_study, refuse_test_objective, trial_value
 from ..cache.integrity import StageWriteError
 from .cell import run_cell
 
@@ -29,26 +29,32 @@ def cell_choices(cfg: DictConfig, runtime_choices: Mapping[str, Any] | None = No
     return choices
 
 
-def main(cfg: DictConfig) -> dict[str, Any] | float | None:
-    """Run one cell; a trial of an Optuna study returns its objective (:mod:`skillrouter.tuning`). In a multirun, a
-    failed cell is recorded on disk and the grid goes on (the grid summary reports it and sets the exit code); in a
-    single run a data error exits with a one-line message and status 2, any other error keeps its traceback."""
+class CellRefused(ValueError):
+    """A cell its caller will not run (an Optuna trial that would tune on the test split): said in one line."""
+
+
+def main(cfg: DictConfig, check: Callable[[DictConfig], None] | None = None,
+         value: Callable[[DictConfig, dict[str, Any]], Any] | None = None) -> Any:
+    """Run one cell: ``check`` may refuse it first (:class:`CellRefused`), ``value`` makes what it returns of the
+    result (an Optuna trial's objective). In a multirun, a failed cell is recorded on disk and the grid goes on (the
+    grid summary reports it and sets the exit code); in a single run a data error exits with a one-line message and
+    status 2, any other error keeps its traceback."""
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
         group = Path(hc.sweep.dir).name if multirun else "single"
-        if multirun and is_study(hc):
-            refuse_test_objective(cfg)
-            return trial_value(cfg, run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group))
-        return run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
+        if check is not None:
+            check(cfg)
+        result = run_cell(cfg, Path(hc.runtime.output_dir), cell_choices(cfg), group)
+        return value(cfg, result) if value is not None else result
     except (DataError, StageWriteError, LLMUnavailable) as err:
         if multirun:
             return None
         kind = {DataError: "data error", StageWriteError: "write error", LLMUnavailable: "no LLM"}[type(err)]
         print(f"skillrouter: {kind}: {err}", file=sys.stderr)
         sys.exit(2)
-    except StudyRefused as refused:
-        log.error("trial refused: %s", refused)
+    except CellRefused as refused:
+        log.error("refused: %s", refused)
         return None
     except Exception:
         if multirun:

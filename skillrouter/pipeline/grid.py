@@ -14,12 +14,14 @@ from typing import Any, Callable, Mapping, Sequence
 from hydra.core.utils import filter_overrides
 from omegaconf import DictConfig
 
+from .. import events
 from ..cache.store import StageCache
 from ..stages.graph import Stage
 from .cell import make_cache
 from .compose import CellGraph, compose_cell
 from .llm_server import LLMServer
 from .plan import GridPlan, noop_refusal, plan_grid, render
+from .status import grid_ended
 from .sweep_configs import CellConfigs, ConfigView, SweepConfigs, plain
 
 log = logging.getLogger(__name__)
@@ -86,25 +88,27 @@ def compose_grid(sweep: SweepConfigs, job_overrides: Sequence[Sequence[str]], in
 
 
 def launch_grid(config: DictConfig, hydra_context: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                describe: Callable[[Grid], dict[str, Any]] | None = None) -> Grid | None:
+                describe: Callable[[Grid], dict[str, Any]] | None = None, study: bool = False) -> Grid | None:
     """What a grid launcher does first: Hydra's globals and logging, the sweep folder, every cell composed
     and the grid planned (:func:`plan_or_refuse`; ``describe``: what the launcher will submit, for the plan);
-    None when nothing is to run (``plan=true``)."""
+    None when nothing is to run (``plan=true``). ``study``: a batch of an Optuna study's trials (numbered from
+    ``initial_job_idx`` by the study), which may repeat a value."""
     from hydra.core.utils import configure_log, setup_globals
-
-    from ..tuning.study import batch_start, is_study
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    study = is_study(config.hydra)
-    if study:  # a batch of an Optuna study's trials: each cell's folder is its trial number
-        initial_job_idx = batch_start(config.hydra, initial_job_idx, len(job_overrides))
     grid = compose_grid(SweepConfigs(hydra_context.config_loader, config), job_overrides, initial_job_idx, sweep_dir)
     if describe is not None:
         grid.plan.submission = describe(grid)
     return grid if plan_or_refuse(grid, allow_noop=study) else None
+
+
+def end_grid(grid: Grid, study_batch: bool = False) -> None:
+    """Tell the grid's observers it ended (its cells' state as they wrote it, failed ones too)."""
+    cfg: Any = next(iter(grid.configs.values()))
+    events.publish(events.observers_of(cfg, grid.sweep_dir.name), grid_ended(grid.sweep_dir, study_batch))
 
 
 def plan_or_refuse(grid: Grid, allow_noop: bool = False) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..tracking.secrets import scrub
+from ..secrets import scrub
 
 PACKAGES = ("skillrouter", "torch", "transformers", "sentence-transformers", "peft", "faiss-cpu", "bm25s",
             "hydra-core", "submitit", "wandb", "numpy", "pandas")

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-HEADLINE = ("hit@1", "mrr@10", "r@10")
+from .. import events
+from ..eval.metrics import HEADLINE
 
 
 def run_dirs(sweep_dir: Path) -> list[Path]:
@@ -34,6 +35,14 @@ def cell_status(run_dir: Path) -> dict[str, Any]:
 def grid_status(sweep_dir: Path) -> list[dict[str, Any]]:
     """Each cell's status, with its folder in the sweep (``cell``: ``3``, or a study's ``test/trial_3/0``)."""
     return [{**cell_status(d), "cell": d.relative_to(sweep_dir).as_posix()} for d in run_dirs(sweep_dir)]
+
+
+def grid_ended(sweep_dir: Path, study_batch: bool = False) -> events.GridEnded:
+    """What a grid's observers are told when it ends: each cell's state as it wrote it, and the plan's totals."""
+    from .plan import PLAN
+
+    plan = json.loads((sweep_dir / PLAN).read_text()) if (sweep_dir / PLAN).exists() else {}
+    return events.GridEnded(str(sweep_dir), sweep_dir.name, grid_status(sweep_dir), plan.get("totals", {}), study_batch)
 
 
 def cell_overrides(run_dir: Path) -> list[str]:

@@ -31,7 +31,7 @@ from ..cache.store import StageCache, tree_fingerprint
 from ..data.jsonl import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from ..data.types import DataError
 from ..rankings import read_rankings
-from ..tracking import live
+from .. import events
 from .graph import BuildContext, FileInput, Items, Stage
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class TrialBatch:
         with open(self.consumed_file, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"trial": outcome.trial, "key": slot["key"]}) + "\n")
         self.published += 1
-        live.log_step({"trials_done": self.published, "reward": outcome.reward}, self.published)
+        events.log_step({"trials_done": self.published, "reward": outcome.reward}, self.published)
 
     def run(self, settings: Mapping[str, Any], llm_url: str | None) -> None:
         """Harvest what an earlier, killed build finished, then one Harbor job per number of missing trials."""
@@ -239,10 +239,10 @@ def _build_trials(ctx: BuildContext) -> dict[str, Any]:
                   _llm_url(agent, opts.get("llm_url")))
     rows = batch.rows(slots)
     atomic_write_jsonl(ctx.out / TRIALS, (r.to_json() for r in rows))
-    live.log_table("trials", ["task", "index", "reward", "exception", "reused", "key"],
+    events.log_table("trials", ["task", "index", "reward", "exception", "reused", "key"],
                    [[r.task, r.index, r.reward, r.exception, r.reused, r.key] for r in rows])
     summary = summarize(rows)
-    live.log_summary({k: v for k, v in summary.items() if k in ("success", "spread", "trials", "exceptions")})
+    events.log_summary({k: v for k, v in summary.items() if k in ("success", "spread", "trials", "exceptions")})
     return {"n_trials": len(rows), "ran": summary["trials"], "exceptions": summary["exceptions"],
             "reused": sum(r.reused for r in rows), "harbor_retries": harbor_module.retries(batch.jobs),
             "run_here": batch.published, "items": len(sets)}

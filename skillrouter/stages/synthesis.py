@@ -21,7 +21,7 @@ from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EncoderSpec
 from ..synth import client as client_module, prompts as prompts_module, r3 as r3_module, skillrouter as sr_module
 from ..synth.client import URL_ENV, LLMClient, LLMConfig
-from ..tracking import live
+from .. import events
 from .graph import BuildContext, Stage, StageFile
 from .retrieval import embed_pool
 
@@ -75,10 +75,10 @@ def _flat(prefix: str, obj: Any) -> dict[str, Any]:
 def _report_to_run(files: Mapping[str, list[dict]], report: Mapping[str, Any], usage: Mapping[str, Any]) -> None:
     """The stage's counters (requests, retries, failures, tokens; the report's filter drops) and a sample of
     every generated file, for the stage's W&B run."""
-    live.log_summary({**_flat("usage", usage), **_flat("report", report)})
+    events.log_summary({**_flat("usage", usage), **_flat("report", report)})
     rows = [[name, i, json.dumps(record, ensure_ascii=False)[:SAMPLE_CHARS]]
             for name, records in files.items() for i, record in enumerate(records[:SAMPLE_ROWS])]
-    live.log_table("generated", ["file", "row", "record"], rows)
+    events.log_table("generated", ["file", "row", "record"], rows)
 
 
 def _one_file(ctx: BuildContext, make: Callable[[LLMClient], tuple[list[dict], dict[str, Any]]]) -> dict[str, Any]:

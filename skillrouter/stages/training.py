@@ -12,7 +12,7 @@ import numpy as np
 from ..fields import TextSpec
 from ..rankings import read_rankings
 from ..rerank.spec import RerankerSpec
-from ..tracking import live
+from .. import events
 from ..retrieval.dense import EncoderSpec
 from ..train import fn_filter as fn_filter_module, negatives as negatives_module
 from ..train.config import EncoderLoss, TrainConfig
@@ -51,7 +51,7 @@ def _build_mining(ctx: BuildContext) -> dict[str, Any]:
                                             _ranked_lists(ctx, "lexical", len(examples)), NegativeCounts(**p["negatives"]),
                                             fn, p["seed"])
     report = fn.report() if fn else {"enabled": False}
-    live.log_summary(_mining_figures(contributed, report))
+    events.log_summary(_mining_figures(contributed, report))
     (ctx.out / "negatives.json").write_text(json.dumps(negatives))
     (ctx.out / FN_FILTER).write_text(json.dumps(report, indent=2))
     return {"fn_filter": report, "negatives": contributed, "n_examples": len(examples), "items": len(examples)}
@@ -92,7 +92,7 @@ def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
 
     p = ctx.params
     mined = ctx.manifest("negatives")
-    live.log_summary(_mining_figures(mined.get("negatives", {}), mined.get("fn_filter", {})))
+    events.log_summary(_mining_figures(mined.get("negatives", {}), mined.get("fn_filter", {})))
     examples = read_examples(ctx.input("pairs"))
     negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
     query = TextSpec.from_dict(p["query_text"])

@@ -1,9 +1,11 @@
 """Experiment tracking with W&B (``tracking=wandb``, offline unless ``WANDB_MODE`` says otherwise) or none.
 
-What a grid leaves in W&B, and which module puts it there:
+An observer: :class:`.observer.WandbObserver` is told what happened (:mod:`skillrouter.events`, published by the
+pipeline, the stages' code and the tuning layer) and imports none of those rooms (an import contract in
+``pyproject.toml``). What a grid leaves in W&B, and which module puts it there:
 
 * :mod:`.stage_runs` — a run per built stage (``job_type`` = the stage kind; training curves and synthesis
-  counters come through :mod:`.live`), and the stage as an artifact referencing its cache entry;
+  counters come from the stage's reports), and the stage as an artifact referencing its cache entry;
 * :mod:`.cell_runs` — a run per cell: the grid's choices as top-level config keys, every metric in the
   summary, per-query and rendered-text Tables, the R@K curve, and the artifacts of the stages it used;
 * :mod:`.grid_run` — one run per grid, a Table with a row per cell, logged by the launcher when the grid ends;

@@ -12,16 +12,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from .secrets import mask, scrub
-from .settings import TrackingSettings, guarded
+from ..events import CellScored, CellStarted
+from ..secrets import mask, scrub
+from .settings import TrackingSettings, finish, guarded
 from .stage_runs import artifact_name, artifact_record
-
-if TYPE_CHECKING:
-    from ..pipeline.cell import Scored
 
 QUERY_CAP = 300
 TOP = 10
@@ -32,7 +28,7 @@ def run_name(choices: dict[str, str]) -> str:
     return ",".join(f"{k}={choices[k]}" for k in keep if k in choices)
 
 
-def per_query_table(scored: Scored) -> tuple[list[str], list[list[Any]]]:
+def per_query_table(scored: CellScored) -> tuple[list[str], list[list[Any]]]:
     """One row per query: its text (capped), GT ids, the top-10, each GT's rank (0: not ranked), every metric."""
     names = sorted({m for row in scored.rows.values() for m in row})
     by_qid = {r.qid: r.ids for r in scored.rankings}
@@ -46,41 +42,38 @@ def per_query_table(scored: Scored) -> tuple[list[str], list[list[Any]]]:
     return columns, data
 
 
-def used_stages(scored: Scored, cache_root: Path) -> dict[str, dict[str, Any]]:
+def used_stages(scored: CellScored) -> dict[str, dict[str, Any]]:
     """Per stage name the cell read: its artifact name, key and (when its stage run logged one) digest."""
     out = {}
     for name, stage in scored.stages.items():
-        record = artifact_record(cache_root, stage.kind, stage.key) or {}
+        record = artifact_record(Path(scored.cache_root), stage.kind, stage.key) or {}
         out[name] = {"artifact": artifact_name(stage.kind, stage.key), "type": stage.kind, "key": stage.key,
                      "digest": record.get("digest")}
     return out
 
 
 class CellTracker:
-    """No-op unless ``tracking=wandb``; every W&B call guarded (a tracking failure never fails a cell)."""
+    """The W&B run of one cell, from its events; every W&B call guarded (a tracking failure never fails a cell)."""
 
-    def __init__(self, settings: TrackingSettings | None, cache_root: Path):
-        self.settings, self.cache_root, self.run = settings, Path(cache_root), None
-
-    def start(self, cfg: DictConfig, choices: dict[str, str], run_dir: Path) -> None:
-        if self.settings is None:
-            return
-        config = {**choices, "cfg": OmegaConf.to_container(cfg, resolve=True)}
+    def __init__(self, settings: TrackingSettings, started: CellStarted):
+        self.settings, self.run = settings, None
+        choices = dict(started.choices)
+        config = {**choices, "cfg": dict(started.config)}
         with guarded("starting the cell's run"):
-            self.run = self.settings.init(run_dir, "cell", run_name(choices), config,
-                                          tags=[f"{k}={v}" for k, v in choices.items()])
+            self.run = settings.init(Path(started.run_dir), "cell", run_name(choices), config,
+                                     tags=[f"{k}={v}" for k, v in choices.items()])
 
-    def log_result(self, scored: Scored) -> None:
+    def log_result(self, scored: CellScored) -> None:
         if self.run is None:
             return
         with guarded("logging the cell's results"):
             self._log(scored)
 
-    def _log(self, scored: Scored) -> None:
+    def _log(self, scored: CellScored) -> None:
         import wandb
 
         run, result = self.run, scored.result
-        stages = used_stages(scored, self.cache_root)
+        stages = used_stages(scored)
         run.config.update({"stages": stages}, allow_val_change=True)
         if not run.offline:
             for s in stages.values():
@@ -103,5 +96,5 @@ class CellTracker:
     def finish(self, failed: bool = False) -> None:
         if self.run is not None:
             with guarded("finishing the cell's run"):
-                self.run.finish(exit_code=1 if failed else 0)
+                finish(self.run, exit_code=1 if failed else 0)
             self.run = None

@@ -1,56 +1,47 @@
-"""One W&B run per grid (``job_type=grid``), logged by the launcher when the grid has ended — under SLURM
-too, and after a failed cell: a Table with one row per cell (its choices, status, headline metrics, how many
-of its stages were reused, its error) and the plan's totals. Read from the sweep folder, so it shows what
-the cells wrote whatever happened to their jobs. :func:`log_report`: what ``python -m skillrouter.report
---tracking`` logs (the rendered tables and the R@K figure, as one ``report`` artifact)."""
+"""One W&B run per grid (``job_type=grid``), from the :class:`~skillrouter.events.GridEnded` the launcher publishes
+when the grid has ended — under SLURM too, and after a failed cell: a Table with one row per cell (its choices,
+status, headline metrics, how many of its stages were reused, its error) and the plan's totals. An Optuna study is
+one grid run, from its :class:`~skillrouter.events.StudyEnded` (a batch of its trials logs nothing). :func:`log_report`:
+what ``python -m skillrouter.report --tracking`` logs (the rendered tables and the R@K figure, as one ``report``
+artifact)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
-
-from omegaconf import DictConfig
+from typing import Any, Mapping, Sequence
 
 from ..cache.store import stable_hash
-from ..pipeline.plan import PLAN
-from ..pipeline.status import HEADLINE, grid_status
-from .settings import TrackingSettings, guarded
+from ..eval.metrics import HEADLINE
+from ..events import GridEnded
+from .settings import TrackingSettings, finish, guarded
 
 
-def grid_table(sweep_dir: Path) -> tuple[list[str], list[list[Any]]]:
-    rows = grid_status(sweep_dir)
-    choices = sorted({k for r in rows for k in r["choices"]})
+def grid_table(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    choices = sorted({k for r in cells for k in r["choices"]})
     columns = ["cell", *choices, "status", *HEADLINE, "stages_reused", "stages", "seconds", "error"]
     data = [[r["cell"], *[r["choices"].get(k) for k in choices], r["status"], *[r["metrics"].get(m) for m in HEADLINE],
-             r["stages_reused"], r["stages"], r["seconds"], r["error"]] for r in rows]
+             r["stages_reused"], r["stages"], r["seconds"], r["error"]] for r in cells]
     return columns, data
 
 
-def log_grid(cfg: DictConfig, sweep_dir: Path, study: Mapping[str, Any] | None = None) -> None:
-    """Log the ended grid in ``sweep_dir`` (a cell's frozen config says where and whether to track). An Optuna
-    study is one grid run, logged when the study ends (``study``: its summary; a batch of trials logs nothing)
-    with its trials as a table and the best trial and its test score in the summary."""
-    from ..tuning.study import is_study
-
-    settings = TrackingSettings.of(cfg, Path(sweep_dir).name)
-    if settings is None or (study is None and is_study(cfg.hydra)):
-        return
+def log_grid(settings: TrackingSettings, grid: GridEnded, study: Mapping[str, Any] | None = None) -> None:
+    """Log the ended grid; an Optuna study's (``study``: its summary) with its trials as a table and the best trial
+    and its test score in the summary."""
     with guarded("logging the grid's run"):
         import wandb
 
-        columns, data = grid_table(sweep_dir)
-        plan = json.loads((sweep_dir / PLAN).read_text()) if (sweep_dir / PLAN).exists() else {}
+        sweep_dir = Path(grid.sweep_dir)
+        columns, data = grid_table(grid.cells)
         statuses = [row[columns.index("status")] for row in data]
         run = settings.init(sweep_dir / "grid", "grid", f"grid {settings.group}", {"sweep": str(sweep_dir), "cells": len(data)},
-                            run_id=f"grid-{stable_hash(str(Path(sweep_dir).resolve()), 12)}")
+                            run_id=f"grid-{stable_hash(str(sweep_dir.resolve()), 12)}")
         run.log({"cells": wandb.Table(columns=columns, data=data)})
         if study is not None:
             run.log({"trials": wandb.Table(*trials_table(study))})
             run.summary.update(study_summary(study))
         run.summary.update({"cells": len(data), "completed": statuses.count("completed"),
-                            "failed": len(data) - statuses.count("completed"), **{f"plan/{k}": v for k, v in plan.get("totals", {}).items()}})
-        run.finish()
+                            "failed": len(data) - statuses.count("completed"), **{f"plan/{k}": v for k, v in grid.plan.items()}})
+        finish(run)
 
 
 def trials_table(study: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -81,4 +72,4 @@ def log_report(written: list[Path], roots: list[Path], out: Path) -> None:
             artifact.add_file(str(path), name=path.name)
         run.log_artifact(artifact)
         run.log({p.stem: wandb.Image(str(p)) for p in written if p.suffix == ".png"})
-        run.finish()
+        finish(run)

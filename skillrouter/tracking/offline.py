@@ -112,6 +112,15 @@ def read_run(folder: Path) -> OfflineRun:
     return run
 
 
+def ended(folder: Path) -> bool:
+    """Whether the run in ``folder`` has its exit record on disk (W&B's service writes it after ``finish`` returns)."""
+    files = list(Path(folder).glob("run-*.wandb"))
+    try:
+        return bool(files) and any(r.WhichOneof("record_type") == "exit" for r in records(files[0]))
+    except Exception:  # noqa: BLE001 - a record still being written
+        return False
+
+
 def offline_runs(root: Path) -> list[OfflineRun]:
     """Every offline run under ``root`` (a sweep folder: its cells', stages' and grid's runs), oldest first."""
     return [read_run(p) for p in sorted(Path(root).rglob("offline-run-*"), key=lambda p: p.name) if p.is_dir()]

@@ -6,13 +6,12 @@ import contextlib
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from omegaconf import DictConfig
-
-from .secrets import redact_arg, scrub
+from ..secrets import redact_arg, scrub
 
 log = logging.getLogger(__name__)
 _ARGV = threading.Lock()  # stages built side by side start runs from several threads; sys.argv is one
@@ -39,16 +38,6 @@ class TrackingSettings:
     group: str
     upload: bool = False
 
-    @classmethod
-    def of(cls, cfg: DictConfig, group: str) -> TrackingSettings | None:
-        """From a cell's ``tracking`` group; None for ``tracking=none``."""
-        t = cfg.tracking
-        if t.name == "none":
-            return None
-        if t.name != "wandb":
-            raise ValueError(f"tracking must be none or wandb, got {t.name!r}")
-        return cls(str(t.project), t.get("entity"), str(t.mode), group, bool(t.get("upload", False)))
-
     def init(self, directory: Path, job_type: str, name: str, config: dict[str, Any], run_id: str | None = None,
              tags: list[str] | None = None) -> Any:
         """A new W&B run writing under ``directory`` (offline: ``directory/wandb/offline-run-*``); a given
@@ -68,3 +57,16 @@ class TrackingSettings:
                                   settings=wandb.Settings(silent=True, init_timeout=300, x_service_wait=120))
             finally:
                 sys.argv = argv
+
+
+def finish(run: Any, exit_code: int = 0, wait_s: float = 60.0) -> None:
+    """End ``run`` and wait (at most ``wait_s``) until W&B's service has written its exit record: ``finish`` returns
+    before the service has flushed the run file, and whatever reads it next (``sync``, a test, the node once the job
+    has exited) would find the run's last records, an artifact among them, missing."""
+    from .offline import ended
+
+    folder = Path(run.dir).parent  # <run folder>/files
+    run.finish(exit_code=exit_code)
+    deadline = time.monotonic() + wait_s
+    while not ended(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..data.jsonl import atomic_write_json
-from ..stages.graph import Stage
-from .secrets import scrub
-from .settings import TrackingSettings, guarded
+from ..events import StageRef, StageStarted
+from ..secrets import scrub
+from .settings import TrackingSettings, finish, guarded
 
 RECORDS = ".wandb"
 
@@ -40,24 +40,25 @@ def artifact_record(cache_root: Path, kind: str, key: str) -> dict[str, Any] | N
         return None
 
 
-def run_directory(root: Path, stage: Stage) -> Path:
+def run_directory(root: Path, stage: StageRef) -> Path:
     """Where a stage's run writes (one folder per stage: concurrent jobs never share W&B's symlinks)."""
     return Path(root) / "stages" / f"{stage.kind}-{stage.key[:8]}"
 
 
 class StageRun:
-    """The open run of one stage being built; a :class:`~skillrouter.tracking.live.Sink`. Every call is
+    """The open run of one stage being built (from its :class:`~skillrouter.events.StageStarted`). Every call is
     guarded: after a W&B failure the run is dropped and the build goes on."""
 
-    def __init__(self, settings: TrackingSettings, stage: Stage, root: Path):
-        self.settings, self.stage, self.run = settings, stage, None
-        config = {"stage": stage.kind, "key": stage.key, "params": dict(stage.params),
-                  "inputs": {role: artifact_name(up.kind, up.key) for role, up in stage.inputs.items()}}
+    def __init__(self, settings: TrackingSettings, started: StageStarted):
+        stage = started.stage
+        self.settings, self.stage, self.inputs, self.run = settings, stage, dict(started.inputs), None
+        config = {"stage": stage.kind, "key": stage.key, "params": dict(started.params),
+                  "inputs": {role: artifact_name(up.kind, up.key) for role, up in started.inputs.items()}}
         with guarded(f"starting the run of stage {stage.label}"):
-            self.run = settings.init(run_directory(root, stage), stage.kind, stage.label, config,
+            self.run = settings.init(run_directory(Path(started.folder), stage), stage.kind, stage.label, config,
                                      run_id=artifact_name(stage.kind, stage.key))
             if self.run is not None and not self.run.offline:
-                for up in stage.inputs.values():
+                for up in started.inputs.values():
                     self.run.use_artifact(f"{artifact_name(up.kind, up.key)}:latest")
 
     def _call(self, what: str, fn: Callable[[], None]) -> None:
@@ -89,8 +90,9 @@ class StageRun:
         def log_artifact() -> None:
             stage = self.stage
             name = artifact_name(stage.kind, stage.key)
+            inputs = {role: up.key for role, up in self.inputs.items()}
             artifact = wandb.Artifact(name, type=stage.kind, metadata=scrub({"key": stage.key, "label": stage.label,
-                                                                             "inputs": stage.manifest_fields()["inputs"]}))
+                                                                             "inputs": inputs}))
             if self.settings.upload:
                 artifact.add_dir(str(entry))
             else:
@@ -104,5 +106,5 @@ class StageRun:
         self._call("logging the artifact", log_artifact)
 
     def finish(self, failed: bool = False) -> None:
-        self._call("finishing the run", lambda: self.run.finish(exit_code=1 if failed else 0))
+        self._call("finishing the run", lambda: finish(self.run, exit_code=1 if failed else 0))
         self.run = None

@@ -15,18 +15,19 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..data.jsonl import atomic_write_json
-from ..pipeline.status import HEADLINE, grid_status
+from ..data.jsonl import atomic_write_json, read_json
+from ..eval.metrics import HEADLINE
 
 CURVES = ("train/loss", "train/loss_main", "train/loss_sibling", "train/lr", "train/grad_norm", "train/examples_per_s")
 SPEC = "workspace.json"
 
 
 def swept_choices(sweep: Path) -> list[str]:
-    """The choices whose values differ across the grid's cells (the runs table's grouping)."""
-    rows = grid_status(sweep)
-    keys = sorted({k for r in rows for k in r["choices"]})
-    return [k for k in keys if len({r["choices"].get(k) for r in rows}) > 1]
+    """The choices whose values differ across the grid's cells (the runs table's grouping), as each cell's
+    ``status.json`` records them."""
+    rows = [read_json(path).get("choices", {}) for path in sorted(sweep.rglob("status.json"))]
+    keys = sorted({k for r in rows for k in r})
+    return [k for k in keys if len({r.get(k) for r in rows}) > 1]
 
 
 def build_workspace(sweep: Path, entity: str, project: str) -> Any:

@@ -17,6 +17,7 @@ else: the process group spans every task, the first task's rank 0 writes checkpo
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..tracking import live
+from .. import events
 
 PROCESSES_ENV = "SKILLROUTER_TRAIN_PROCESSES"
 HANDOFF_ENV = "SKILLROUTER_DDP_HANDOFF"  # set by a multi-task stage job: where its first task hands trainings over
@@ -151,7 +152,7 @@ def _worker(local_rank: int, offset: int, world: int, master: str, port: int, fn
         torch.cuda.set_device(local_rank if gpu is None else gpu)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
-        with live.reporting_to(live.QueueSink(steps) if steps is not None and rank == 0 else None):
+        with events.forwarding(steps) if steps is not None and rank == 0 else contextlib.nullcontext():
             value = fn(*args)
         if rank == 0 and result is not None:
             Path(result).write_bytes(pickle.dumps(value))
@@ -161,17 +162,16 @@ def _worker(local_rank: int, offset: int, world: int, master: str, port: int, fn
 
 def _spawn(fn: Callable[..., Any], args: tuple, local: int, offset: int, world: int, master: str, port: int,
            result: str | None, gpu: int | None = None) -> None:
-    """``local`` processes, ranks ``offset``.. of ``world``; the stage run's sink gets rank 0's steps."""
+    """``local`` processes, ranks ``offset``.. of ``world``; the stage's observers get rank 0's reports."""
     import torch.multiprocessing as mp
 
-    sink = live.current() if offset == 0 else None
-    steps = mp.get_context("spawn").Queue() if sink is not None else None
+    steps = mp.get_context("spawn").Queue() if offset == 0 and events.reporting() else None
     workers = mp.spawn(_worker, args=(offset, world, master, port, fn, args, result, steps, gpu), nprocs=local, join=False)
     while not workers.join(timeout=1.0):
         if steps is not None:
-            live.drain(steps, sink)
+            events.drain(steps)
     if steps is not None:
-        live.drain(steps, sink)
+        events.drain(steps)
 
 
 def run(fn: Callable[..., Any], args: tuple, world: int) -> Any:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..progress import progress
-from ..tracking import live
+from .. import events
 from .config import TrainConfig
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
 
@@ -101,7 +101,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
     (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do; under
     data-parallel training the ranks' gradients are then summed). Returns the per-step loss curve (including
     steps done before a resume). Every step's loss, the loss's own ``terms()``, learning rate, gradient norm,
-    examples/s and (CUDA) peak memory go to the stage's run (:mod:`skillrouter.tracking.live`), numbered
+    examples/s and (CUDA) peak memory go to the stage's observers (:mod:`skillrouter.events`), numbered
     from 1; they are kept in the checkpoint, and a resumed training first replays the steps it restored, so
     its run holds the whole curve whatever a killed attempt managed to write."""
     from transformers import get_cosine_schedule_with_warmup
@@ -124,7 +124,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         start, losses, history = meta["step"], meta["losses"], meta.get("history", [])
         log.info("%s: resuming from %s (step %d of %d)", desc, ckpt, start, len(steps))
         for n, figures in enumerate(history, start=1):
-            live.log_step(figures, n)
+            events.log_step(figures, n)
     cuda = torch.cuda.is_available()
     if cuda and hasattr(module, "gradient_checkpointing_enable"):
         module.gradient_checkpointing_enable()
@@ -153,7 +153,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
             if cuda:
                 figures["train/peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
             history.append(figures)
-            live.log_step(figures, step + 1)
+            events.log_step(figures, step + 1)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps):
             _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history)
     bar.close()

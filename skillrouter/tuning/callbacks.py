@@ -1,5 +1,6 @@
-"""The Hydra callback around an Optuna study (a no-op in a grid): :func:`~.study.prepare` before the plugin
-opens the study; when it ends, the best trial scored once on the test split, ``study.json``, the W&B grid run.
+"""The Hydra callback of every multirun: the grid summary (:class:`~skillrouter.pipeline.callbacks.GridSummary`) and,
+around an Optuna study, :func:`~.study.prepare` before the plugin opens the study; when it ends, the best trial scored
+once on the test split, ``study.json``, and the study's end told to its observers (W&B's grid run).
 
 The test score of the best trial is a cell of its own (``<sweep>/test/trial_<n>/``): the trial's overrides with
 ``eval.split=test data.hold_out_dev=true`` (the same trained stages, from the cache, scored on the test queries),
@@ -14,12 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from .. import events
 from ..data.jsonl import read_json
-from ..pipeline.status import cell_overrides
-from .study import StudyRefused, is_study, prepare, storage_of, summarize, write_summary
+from ..pipeline.callbacks import GridSummary
+from ..pipeline.status import cell_overrides, grid_ended
+from .study import StudyRefused, is_study, prepare, read_summary, storage_of, summarize, write_summary
 
 log = logging.getLogger(__name__)
 TEST_DIR = "test"
@@ -27,7 +29,9 @@ SCORED_ELSEWHERE = ("eval.split", "data.hold_out_dev")  # what the test cell set
 STUDY_ONLY = ("hydra/sweeper", "hydra.sweeper", "hydra.sweep.dir", "hydra.sweep.subdir")  # not carried to the test cell
 
 
-class StudyCallback(Callback):
+class StudyCallback(GridSummary):
+    """A grid's summary; in an Optuna study, the study's work first, and the exit status the study's."""
+
     def __init__(self) -> None:
         self.before: set[int] = set()  # the trials the study had when this run started
 
@@ -43,10 +47,19 @@ class StudyCallback(Callback):
         print(said)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if not is_study(config.hydra):
-            return
-        from ..tracking.grid_run import log_grid
+        if is_study(config.hydra):
+            self._end_study(config)
+        super().on_multirun_end(config, **kwargs)
 
+    def failed(self, config: DictConfig, sweep_dir: Path, rows: list[dict[str, Any]]) -> bool:
+        """A study failed when its trials failed more often than ``hydra.sweeper.max_failure_rate`` allows or its best
+        trial's test cell did not complete (``study.json`` says); a grid, when any cell did."""
+        if not is_study(config.hydra):
+            return super().failed(config, sweep_dir, rows)
+        study = read_summary(sweep_dir)
+        return study.get("too_many_failures", True) or (study.get("test") or {}).get("status") != "completed"
+
+    def _end_study(self, config: DictConfig) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         summary = summarize(*storage_of(config.hydra), self.before, float(config.hydra.sweeper.max_failure_rate))
         summary.update(objective=str(config.objective), n_trials=len(summary["trials"]))
@@ -62,7 +75,7 @@ class StudyCallback(Callback):
         print(f"study {summary['study']}: {len(summary['trials'])} trials; best "
               + (f"#{best['number']} {best['params']} {config.objective}={best['value']:.4f} on {summary['split']['scored']}; "
                  f"{on_test}" if best else "none (no trial finished)") + f"; {path}")
-        log_grid(config, sweep_dir, study=summary)
+        events.publish(events.observers_of(config, sweep_dir.name), events.StudyEnded(grid_ended(sweep_dir), summary))
 
 
 def test_of_best(config: DictConfig, sweep_dir: Path, number: int, trial: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ..data.jsonl import atomic_write_json, read_json
 from ..eval.metrics import parse_metrics
 from ..pipeline.compose import scored_split
+from ..pipeline.entry import CellRefused
 
 log = logging.getLogger(__name__)
 os.environ.setdefault("SQLALCHEMY_SILENCE_UBER_WARNING", "1")  # optuna 2.10 on SQLAlchemy 1.4 (pinned <2 for it)
@@ -31,7 +32,7 @@ STUDY_DB = "study.db"
 SUMMARY = "study.json"
 
 
-class StudyRefused(ValueError):
+class StudyRefused(CellRefused):
     """A study that would tune on the wrong thing: said in one line before any trial runs."""
 
 
@@ -133,6 +134,13 @@ def batch_start(hydra_cfg: DictConfig, initial_job_idx: int, n: int) -> int:
         raise RuntimeError(f"study {name}: expected {n} consecutive running trials for this batch, found {running} "
                            "(is another process running this study?)")
     return running[0]
+
+
+def trial_batch(hydra_cfg: DictConfig, initial_job_idx: int, n: int) -> tuple[int, bool]:
+    """What a grid launcher asks before it plans ``n`` cells: the first cell's number and whether they are a batch
+    of a study's trials (numbered by :func:`batch_start`), or a grid's cells as Hydra numbered them."""
+    study = is_study(hydra_cfg)
+    return (batch_start(hydra_cfg, initial_job_idx, n) if study else initial_job_idx), study
 
 
 def trial_value(cfg: DictConfig, result: Mapping[str, Any] | None) -> float | None:

@@ -9,15 +9,12 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from ... import events
 from ...cache.store import StageCache, StageRecord
 from ...progress import stage_label
 from ...stages.graph import BuildContext, Stage
-from ...tracking import live
-from ...tracking.settings import TrackingSettings
-from ...tracking.stage_runs import StageRun
 from ..journal import StageJournal
 
 
@@ -40,15 +37,15 @@ class MissingInput(RuntimeError):
 @dataclass
 class Builder:
     """Builds stages into ``cache``; ``user`` (a run directory) goes into the entries' users, ``job_id``
-    into the journal. With ``tracking``, a stage that is really built gets a W&B run (under ``user``) and
-    its published entry an artifact (:mod:`skillrouter.tracking.stage_runs`)."""
+    into the journal. ``observers`` are told of each stage that is really built (:mod:`skillrouter.events`: it
+    started, what its code reported, it ended published or failed); a reused stage tells them nothing."""
 
     cache: StageCache
     journal: StageJournal | None = None
     progress: bool = True
     user: str | None = None
     job_id: str | None = None
-    tracking: TrackingSettings | None = None
+    observers: Sequence[events.Observer] = ()
     records: dict[str, StageRecord] = field(default_factory=dict)  # what this builder got or built, by key
 
     def complete(self, stage: Stage) -> bool:
@@ -74,12 +71,14 @@ class Builder:
             self.journal.write(stage, "running", unless=lambda r: self._taken(stage, r), job_id=self.job_id,
                                pid=os.getpid(), **journal_info)
         t0 = time.perf_counter()
-        tracked: list[StageRun] = []
+        ref, started = events.StageRef(stage.kind, stage.key), []
 
         def run(out, work=None):
-            if self.tracking and self.user:
-                tracked.append(StageRun(self.tracking, stage, Path(self.user)))
-            with live.reporting_to(tracked[0] if tracked else None):
+            events.publish(self.observers, events.StageStarted(
+                ref, dict(stage.params), {role: events.StageRef(up.kind, up.key) for role, up in stage.inputs.items()},
+                str(self.user or self.cache.root)))
+            started.append(ref)
+            with events.building(self.observers, ref):
                 return stage.build(BuildContext(stage, self.cache, out, work, self.progress))
 
         try:
@@ -87,8 +86,8 @@ class Builder:
                 rec = self.cache.get_or_build(stage.kind, stage.key, run, manifest=stage.manifest_fields(), user=self.user,
                                               resumable=stage.resumable)
         except BaseException as exc:
-            for stage_run in tracked:
-                stage_run.finish(failed=True)
+            if started:
+                events.publish(self.observers, events.StageEnded(ref, str(self.cache.root), failed=True))
             if self.journal:
                 self.journal.write(stage, "failed", job_id=self.job_id, error=f"{type(exc).__name__}: {exc}",
                                    traceback=traceback.format_exc(), seconds=round(time.perf_counter() - t0, 3))
@@ -97,9 +96,9 @@ class Builder:
             self.journal.write(stage, "built", job_id=self.job_id, seconds=rec.seconds)
         elif self.journal:
             self.journal.write(stage, "reused", unless=lambda r: bool(r) and r["state"] == "built", seconds=rec.seconds)
-        for stage_run in tracked:
-            stage_run.publish(self.cache.entry(stage.kind, stage.key), self.cache.root)
-            stage_run.finish()
+        if started:
+            events.publish(self.observers, events.StageEnded(ref, str(self.cache.root),
+                                                             str(self.cache.entry(stage.kind, stage.key))))
         self.records[stage.key] = rec
         return rec
 

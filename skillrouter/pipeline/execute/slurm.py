@@ -27,11 +27,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ... import events
 from ...cache.store import StageCache
 from ...models import respect_cpu_allocation
 from ...progress import quiet_library_bars
 from ...stages.graph import Stage
-from ...tracking.settings import TrackingSettings
 from ..journal import TERMINAL, StageJournal
 from ..plan import GridPlan
 from .build import Builder
@@ -197,7 +197,7 @@ class StageJob:
     progress: bool = True
     stale_after: float = 300.0
     verify_after_days: float | None = 7.0
-    tracking: TrackingSettings | None = None
+    observers: Sequence[events.Observer] = ()
 
     def __call__(self, unit: Unit) -> dict[str, str]:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout, force=True)
@@ -221,7 +221,7 @@ class StageJob:
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID", "") and f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
         builder = Builder(StageCache(self.cache_dir, self.stale_after, self.verify_after_days), StageJournal(self.sweep_dir),
                           self.progress, user=self.sweep_dir, job_id=job_id or os.environ.get("SLURM_JOB_ID"),
-                          tracking=self.tracking)
+                          observers=self.observers)
         done: set[str] = set()
         for n, stage in enumerate(unit.stages):
             try:

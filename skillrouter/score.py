@@ -1,6 +1,6 @@
 """Score an external system's predictions with a cell's protocol and write a run directory.
 
-    python -m skillrouter.eval.score predictions=FILE data=... [tier=...] [eval=...]
+    python -m skillrouter.score predictions=FILE data=... [tier=...] [eval=...]
 
 Hydra overrides as for ``launch.py`` (config ``conf/score.yaml``). An entry point, like
 ``launch.py``: it composes the pipeline's data resolution and the cell's scoring, so a scored file
@@ -17,16 +17,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ..data import DataError
-from ..pipeline.cell import Scored, file_path, make_cache, run_cell, score_rankings
-from ..pipeline.compose import CellComposer
-from ..pipeline.execute.build import Builder
-from ..pipeline.execute.local import LocalExecutor
-from ..rankings import Ranking, read_external
-from ..stages.graph import dataset_at
+from .data import DataError
+from .pipeline.cell import Scored, file_path, make_cache, run_cell, score_rankings
+from .pipeline.compose import CellComposer
+from .pipeline.execute.build import Builder
+from .pipeline.execute.local import LocalExecutor
+from .rankings import Ranking, read_external
+from .stages.graph import dataset_at
 
 log = logging.getLogger(__name__)
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 CHOICE_KEYS = ("data", "tier", "eval")
 
 
