@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export HF_HUB_OFFLINE := 1
 export WANDB_SILENT := true
 
-.PHONY: setup system-deps harbor demo test bench report report-demo sweep reliability
+.PHONY: setup system-deps harbor demo demo-agents test bench report report-demo sweep reliability
 setup: $(STAMP)
 
 system-deps:
@@ -25,6 +25,13 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(BIN)/python launch.py -m encoder=bm25,minilm fields=nd,all
+
+# make demo-agents : the downstream study on the built-in data: a Docker engine and Harbor brought up here, the built-in
+# task tree written, BM25 and MiniLM routing none / gold / routed@1 / routed@10 skills under Harbor's oracle agent
+demo-agents: setup system-deps harbor
+	bash scripts/docker_engine.sh up
+	$(BIN)/python -m skillrouter.agents.builtin_tasks --out .cache/builtin-tasks
+	$(BIN)/python launch.py -m -cd sweeps -cn downstream_demo progress=false
 
 # The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
 # Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail).
@@ -60,6 +67,9 @@ sweep: setup
 report: setup
 	$(BIN)/python -m skillrouter.report --significance
 
-# make report-demo : run every sweep on the built-in data (Qwen3 paths on tiny stand-ins), then make report
-report-demo: setup
-	PY=$(BIN)/python bash scripts/demo_reports.sh
+# make report-demo : run every sweep on the built-in data (Qwen3 paths on tiny stand-ins; the downstream study when
+# Docker and Harbor, brought up here as make demo-agents does), then make report; its wall time goes to
+# reports/perf/report_demo.*
+report-demo: setup system-deps harbor
+	bash scripts/docker_engine.sh up
+	$(BIN)/python scripts/demo_reports.py

@@ -17,9 +17,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from .cache.store import code_fingerprint
 from .data import DataError
 from .pipeline.cell import Scored, file_path, make_cache, run_cell, score_rankings
-from .pipeline.compose import CellComposer
+from .pipeline.compose import SCORING_CODE, CellComposer
 from .pipeline.execute.build import Builder
 from .pipeline.execute.local import LocalExecutor
 from .rankings import Ranking, read_external
@@ -50,7 +51,8 @@ def score_file(cfg: DictConfig, run_dir: Path, choices: dict[str, str]) -> Score
     result = scored.result
     result["predictions"] = {"file": str(Path(cfg.predictions).resolve()), "unmatched_entries": unmatched,
                              "queries_without_prediction": len(missing), "missing_predictions": cfg.missing_predictions}
-    result["stages"] = {}
+    result["stages"] = {"evaluate": {"key": "-", "cached": False, "seconds": 0.0, "code": code_fingerprint(SCORING_CODE),
+                                     "modules": list(SCORING_CODE)}}  # what scored the file (report --check reads it)
     return scored
 
 

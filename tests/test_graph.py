@@ -237,3 +237,35 @@ def test_a_stage_whose_input_is_not_built_is_estimated_from_an_entry_of_the_same
     planned = next(p for p in plan.stages if p.stage.kind == "embed_pool")
     assert planned.state == "build" and planned.estimate_s == pytest.approx(built["build_seconds"], abs=0.1)
     assert plan.totals()["gpu_estimate_s"] is not None
+
+
+def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, tmp_path):
+    """After the demo only the data and MiniLM's pool are built: the trainings' kinds were never built here. Their items
+    come from the pairs file, their rate from the reference rate of MiniLM scaled by the model's size; a model whose size
+    nothing tells leaves its stage out of the total, and the total says so."""
+    from skillrouter.pipeline.plan import REFERENCE_RATES
+
+    graphs, overrides = cells([("encoder=minilm",)])
+    cache = StageCache(tmp_path / "cache")
+    LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink])
+    trained, overrides = cells([("encoder=trained", "reranker=trained", f"loss={loss}") for loss in ("listwise", "pointwise")])
+    plan = plan_grid(trained, cache, overrides)
+    by_kind = {p.stage.kind: p for p in plan.stages}
+    pairs = trained[0].named["train_pairs"]
+    lines = sum(1 for line in (cache.entry(pairs.inputs["pairs"].kind, pairs.inputs["pairs"].key)
+                               / pairs.params["files"]["pairs"]).read_text().splitlines() if line.strip())
+    encoder = by_kind["train_encoder"]
+    assert encoder.estimated == "reference" and encoder.estimate_s == pytest.approx(REFERENCE_RATES["train_encoder"] * lines, abs=0.1)
+    assert by_kind["train_reranker"].estimated == "reference"
+    assert all(p.estimate_s is not None for p in plan.to_build() if p.stage.resource == "gpu")
+    assert "gpu_unestimated" not in plan.totals()
+    # a base whose size no name, package or config.json tells: its trainings are left out, and the total says how many
+    odd = tmp_path / "odd-model"
+    odd.mkdir()
+    unknown, overrides = cells([("encoder=trained", f"encoder.base.model={odd}")])
+    plan = plan_grid(unknown, cache, overrides)
+    planned = next(p for p in plan.stages if p.stage.kind == "train_encoder")
+    assert planned.estimate_s is None and planned.estimated == "never built of their kind"
+    assert [p.stage.kind for p in plan.to_build() if p.stage.resource == "gpu" and p.estimate_s is None] == ["train_encoder"]
+    n, total = plan.totals()["gpu_to_build"], render(plan, full=False)
+    assert f"to build {n} gpu (~" in total and f" s for {n - 1} of {n}; 1 never built of their kind)" in total, total

@@ -11,14 +11,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from skillrouter.cache.store import code_fingerprint
+from skillrouter.pipeline.compose import SCORING_CODE
 from skillrouter.report.__main__ import generate
 from skillrouter.report.collect import collect
-from skillrouter.report.render import plain_to_latex, plain_to_markdown, to_latex, to_markdown
+from skillrouter.report.render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
 from skillrouter.report.reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
 from skillrouter.report.significance import paired_randomization
 from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
 SPECS = {t.name: t for t in TABLES}
+SCORED_BY = {"key": "-", "cached": False, "seconds": 0.0, "code": code_fingerprint(SCORING_CODE), "modules": list(SCORING_CODE)}
 PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream", "tuning")
 BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
         "seed": "0", "tracking": "none"}
@@ -36,7 +39,7 @@ def make_run(root: Path, name: str, hits: list[int], status: str = "completed", 
                                  "single/hit@1", "single/r@10", "single/fc@10", "multi/hit@1", "multi/r@10", "multi/fc@10")}
     (run / "metrics.json").write_text(json.dumps({"choices": ch, "status": status, "metrics": metrics,
                                                   "counts": {"all": len(hits), "single": len(hits), "multi": 0},
-                                                  "recall_curve": [mean] * 50}))
+                                                  "recall_curve": [mean] * 50, "stages": {"evaluate": SCORED_BY}}))
     (run / "per_query.json").write_text(json.dumps({f"q{i}": {m: float(h) for m in metrics if "/" not in m}
                                                     for i, h in enumerate(hits)}))
     return run
@@ -99,8 +102,11 @@ def test_paired_randomization():
 def test_reranker_contribution_counts(grid):
     base, root = grid
     out = reranker_contribution(collect([root], base), base)
-    assert out.to_dict("records") == [{"system": "minilm + trained[listwise]", "tier": "easy", "topk": "20",
-                                       "fixed": 2, "degraded": 0, "net": 2, "queries": 20}]
+    (row,) = out.to_dict("records")
+    assert {k: row[k] for k in ("system", "tier", "topk", "fixed", "degraded", "net", "queries", "n_seeds")} == {
+        "system": "minilm + trained[listwise]", "tier": "easy", "topk": "20", "fixed": 2, "degraded": 0, "net": 2,
+        "queries": 20, "n_seeds": 1}
+    assert pd.isna(row["positives at top-1"])  # this run recorded no training positives
 
 
 def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
@@ -388,3 +394,104 @@ def test_a_random_head_reranker_is_labelled_untrained_with_a_footnote(tmp_path):
                for n in table.notes)
     pipelines = build_table(next(t for t in TABLES if t.name == "pipeline_results"), runs, tmp_path)
     assert "trained + minilm_ce (untrained head)" in list(pipelines.values.index)
+
+
+def test_seeds_aggregate_to_mean_sd_and_n_and_a_missing_seed_is_named(tmp_path):
+    """Three seeds of minilm (Hit@1 .6 / .7 / .8) and two of the trained encoder (.9 / .7, seed 2 missing)."""
+    root = tmp_path / "outputs" / "multirun" / "g"
+    cells = [("minilm", "0", 6), ("minilm", "1", 7), ("minilm", "2", 8), ("trained", "0", 9), ("trained", "1", 7)]
+    for i, (encoder, seed, hits) in enumerate(cells):
+        make_run(root, str(i), [1] * hits + [0] * (10 - hits), encoder=encoder, tier="easy", seed=seed)
+    table = build_table(SPECS["encoder_results"], collect([root], tmp_path), tmp_path)
+    col = ("easy", "hit@1")
+    assert table.values.loc["minilm", col] == pytest.approx(0.7) and table.sd.loc["minilm", col] == pytest.approx(0.1)
+    assert table.n.loc["minilm", col] == 3 and table.seeds == 3
+    assert table.values.loc["trained", col] == pytest.approx(0.8) and table.sd.loc["trained", col] == pytest.approx(0.141421, abs=1e-6)
+    assert table.n.loc["trained", col] == 2
+    assert table.marked[("trained", ("easy",))] == ["2 of 3 seeds: no run of seed 2"]
+    md = to_markdown(table)
+    assert "70.0 ± 10.0 (3)" in md and "**80.0** ± 14.1 (2)<sup>" in md and "2 of 3 seeds: no run of seed 2" in md
+    assert r"\textbf{80.0} $\pm$ 14.1 (2)\textsuperscript{" in to_latex(table)
+    csv = pd.read_csv(__import__("io").StringIO(to_csv(table)), index_col=0)
+    assert csv.loc["minilm", "easy/hit@1"] == pytest.approx(0.7) and csv.loc["minilm", "easy/hit@1 sd"] == pytest.approx(0.1)
+    assert csv.loc["trained", "n_seeds"] == 2 and csv.loc["minilm", "n_seeds"] == 3
+
+
+def _fake_stage_run(root: Path, module_dir: Path) -> None:
+    """A completed run whose train_encoder stage was made by the module ``fake_stage_code`` (as it is now)."""
+    from skillrouter.cache.store import code_fingerprint
+
+    sys.path.insert(0, str(module_dir))
+    try:
+        fingerprint = code_fingerprint(("fake_stage_code",))
+    finally:
+        sys.path.remove(str(module_dir))
+    run = make_run(root, "0", [1, 0], encoder="trained", tier="easy")
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["stages"] = {"train_encoder": {"key": "k", "cached": False, "seconds": 1.0, "code": fingerprint,
+                                           "modules": ["fake_stage_code"]}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_check_exits_1_once_a_stages_code_changed_after_its_runs(tmp_path, monkeypatch):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "fake_stage_code.py").write_text("VALUE = 1\n")
+    root = tmp_path / "outputs" / "multirun" / "g"
+    _fake_stage_run(root, modules)
+    monkeypatch.chdir(tmp_path)
+    generate([root], tmp_path / "reports")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{modules}:{Path(__file__).resolve().parents[1]}"}
+
+    def check(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "skillrouter.report", "--check", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+
+    fresh = check("reports/runs.csv")
+    assert fresh.returncode == 0 and "none made by code that has changed since" in fresh.stdout, fresh.stdout + fresh.stderr
+    (modules / "fake_stage_code.py").write_text("VALUE = 2  # the stage's code changed\n")
+    stale = check()  # the default: reports/runs.csv
+    assert stale.returncode == 1 and "stale: outputs/multirun/g/0: train_encoder" in stale.stdout, stale.stdout + stale.stderr
+    monkeypatch.syspath_prepend(str(modules))  # this process reads the changed module too: the table marks the run
+    import skillrouter.cache.store as store
+
+    store._source_hash.cache_clear()
+    store._code_fingerprint.cache_clear()
+    runs = collect([root], tmp_path)
+    assert runs.loc[0, "stale"] == "train_encoder"
+    table = build_table(SPECS["encoder_results"], runs, tmp_path)
+    assert table.marked[("trained", ("easy",))] == ["made by code that has changed since: train_encoder (rerun its sweep)"]
+    written = generate([root], tmp_path / "fresh", fresh_only=True)
+    assert "1 runs were made by code that has changed since and are left out" in (tmp_path / "fresh" / "index.md").read_text()
+    assert written and "trained" not in (tmp_path / "fresh" / "encoder_results.md").read_text()
+
+
+def test_a_runs_csv_without_code_records_is_stale(tmp_path):
+    (tmp_path / "runs.csv").write_text("run,status\nold/0,completed\n")
+    proc = subprocess.run([sys.executable, "-m", "skillrouter.report", "--check", str(tmp_path / "runs.csv")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "every run is stale" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_two_seed_grid_on_tiny_data_aggregates_its_trained_row_in_the_report_and_in_wandb(tmp_path, monkeypatch):
+    import os
+
+    from skillrouter.tracking.offline import offline_runs, table
+
+    sweep = tmp_path / "outputs" / "multirun" / "seeds"
+    env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "launch.py"), "-m", "data=tiny",
+                           "encoder=minilm,trained", "seed=0,1", "tracking=wandb", f"hydra.sweep.dir={sweep}",
+                           f"cache_dir={tmp_path / 'cache'}", "progress=false", "allow_noop_overrides=true"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    generate([sweep], tmp_path / "reports", data="tiny")
+    csv = pd.read_csv(tmp_path / "reports" / "encoder_results.csv", index_col=0)
+    assert csv.loc["trained", "n_seeds"] == 2 and csv.loc["minilm", "n_seeds"] == 2
+    assert not pd.isna(csv.loc["trained", "easy/hit@1 sd"]) and csv.loc["minilm", "easy/hit@1 sd"] == 0.0
+    (grid,) = [r for r in offline_runs(sweep / "grid") if r.job_type == "grid"]
+    seeds = table(grid, "cells_over_seeds")
+    rows = {r[seeds["columns"].index("encoder")]: r for r in seeds["data"]}
+    assert rows["trained"][seeds["columns"].index("n_seeds")] == 2 and set(rows) == {"minilm", "trained"}

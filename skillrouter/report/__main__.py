@@ -1,6 +1,7 @@
 """Regenerate every paper table and the recall figure from whatever runs exist.
 
-    python -m skillrouter.report [--runs DIR ...] [--out reports/] [--significance] [--tracking]
+    python -m skillrouter.report [--runs DIR ...] [--out reports/] [--significance] [--tracking] [--fresh-only]
+    python -m skillrouter.report --check [RUNS_CSV]     # the runs made by code that has changed since; exit 1 if any
 
 Default runs: every multirun directory under outputs/multirun. Writes runs.csv (the tidy table, one
 row per run, failed and incomplete runs included), one .tex/.md/.csv per table, the reranker
@@ -12,6 +13,7 @@ every file under the output folder (the benchmarks' perf/ figures included). Wit
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -20,6 +22,7 @@ from .attention import write_attention, yes_no_reranker
 from .cases import case_pairs, write_cases
 from .downstream import NOTES as DOWNSTREAM_NOTES, downstream_rows, downstream_table, write_downstream_cases
 from .collect import collect, usable
+from .freshness import stale_runs, stale_stages
 from .efficiency import write_efficiency
 from .r3_stats import from_run, source_name, write_r3_stats
 from .figures import recall_figure
@@ -34,11 +37,16 @@ SYNTHETIC_DATA = ("builtin", "tiny")
 ATTENTION_PAIRS = 64
 
 
-def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin") -> list[Path]:
+def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin",
+             fresh_only: bool = False) -> list[Path]:
     """Every report file from the runs under ``run_roots``; the paper tables use the runs on ``data``
-    (the reproduction table picks each row's own data)."""
+    (the reproduction table picks each row's own data). ``fresh_only``: runs made by code that has changed since are
+    left out (else their cells carry a footnote naming the stages)."""
     base = Path.cwd()
     runs = collect(run_roots, base=base)
+    stale = stale_runs(runs)
+    if fresh_only and len(stale):
+        runs = runs.drop(index=stale.index).reset_index(drop=True)
     on_data = runs[runs["data"] == data] if len(runs) else runs
     written: list[Path] = []
 
@@ -49,6 +57,10 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
     write("runs.csv", runs.to_csv(index=False, float_format="%.6f"))
     index = ["# skillrouter reports", "", f"{len(runs)} runs collected ({int((runs['status'] == 'completed').sum())} completed); "
              f"the paper tables use the runs on data={data}.", ""]
+    if len(stale):
+        index += [f"{len(stale)} runs were made by code that has changed since "
+                  + ("and are left out (--fresh-only)." if fresh_only else "(their cells carry a footnote naming the stages; "
+                     "`python -m skillrouter.report --check reports/runs.csv` lists them)."), ""]
     if data in SYNTHETIC_DATA:
         index += ["The built-in data is a small synthetic format demo: these figures show the tables' format and the "
                   "pipeline's plumbing, not model quality.", ""]
@@ -145,6 +157,30 @@ def _r3_stats(runs, base: Path, out: Path) -> Iterator[Job]:
                    f"- [{name}](r3_stats/{name}.md) (first read by `{run}`)")
 
 
+def check(runs_csv: Path) -> int:
+    """List the runs of ``runs_csv`` made by code that has changed since (recomputed from its ``code`` column against
+    this checkout); 1 if there are any."""
+    import pandas as pd
+
+    if not runs_csv.is_file():
+        print(f"skillrouter: no {runs_csv} (python -m skillrouter.report writes it)", file=sys.stderr)
+        return 2
+    runs = pd.read_csv(runs_csv, dtype=str, keep_default_na=False)
+    missing = [c for c in ("run", "status", "superseded", "code") if c not in runs.columns]
+    if missing:
+        print(f"{runs_csv}: no {', '.join(missing)} column (written before runs recorded their code): every run is stale")
+        return 1
+    runs["superseded"] = runs["superseded"].str.lower() == "true"
+    runs["stale"] = [",".join(stale_stages(c)) if status == "completed" else "" for c, status in zip(runs["code"], runs["status"])]
+    stale = stale_runs(runs)
+    for _, r in stale.iterrows():
+        print(f"stale: {r['run']}: {r['stale']}")
+    shown = int(((runs["status"] == "completed") & ~runs["superseded"]).sum())
+    print(f"{len(stale)} of {shown} runs made by code that has changed since" if len(stale)
+          else f"{shown} runs, none made by code that has changed since")
+    return 1 if len(stale) else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="+", type=Path, default=None, help="multirun directories (default: outputs/multirun/*)")
@@ -152,11 +188,17 @@ def main() -> None:
     parser.add_argument("--significance", action="store_true", help="mark cells that differ significantly from the table's reference row")
     parser.add_argument("--tracking", action="store_true", help="log the rendered files to W&B as a report artifact")
     parser.add_argument("--data", default="builtin", help="the data choice whose runs fill the paper tables (default: builtin)")
+    parser.add_argument("--fresh-only", action="store_true", help="leave out runs made by code that has changed since")
+    parser.add_argument("--check", nargs="?", type=Path, const=Path("reports/runs.csv"), metavar="RUNS_CSV",
+                        help="list the runs of RUNS_CSV (default reports/runs.csv) made by code that has changed since; "
+                             "exit 1 if there are any")
     args = parser.parse_args()
+    if args.check is not None:
+        sys.exit(check(args.check))
     roots = args.runs or sorted(p for p in Path("outputs/multirun").glob("*") if p.is_dir())
     if not roots:
         parser.error("no runs: pass --runs DIR or run a sweep first (python launch.py -m -cd sweeps -cn encoder_results)")
-    written = generate(roots, args.out, args.significance, args.data)
+    written = generate(roots, args.out, args.significance, args.data, args.fresh_only)
     for path in written:
         print(path)
     if args.tracking:

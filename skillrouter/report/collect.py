@@ -10,9 +10,11 @@ import pandas as pd
 
 from ..data.columnar import read_dataset
 from ..data.types import Dataset
+from .freshness import code_column, stale_stages
 
 log = logging.getLogger(__name__)
-CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fields", "tier", "topk", "fn_filter", "seed", "agent")
+CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fusion", "fields", "tier", "topk", "fn_filter", "seed",
+               "agent")
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -38,6 +40,13 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     row: dict[str, Any] = {"run": shown_path(run_dir, root) if root is not None else str(run_dir), "status": status,
                            "error": data.get("error")}
     row.update({k: str(data.get("choices", {}).get(k)) if k in data.get("choices", {}) else None for k in CHOICE_KEYS})
+    if status == "completed":
+        row["fusion"] = row["fusion"] or "none"  # runs from before fusion: the reranker's order alone
+    fusion = data.get("fusion") or {}
+    row.update(fusion_alpha=fusion.get("alpha"), fusion_chosen_on=fusion.get("chosen_on"))
+    positives = data.get("training_positives") or {}
+    row.update(tp_candidate_share=positives.get("candidate_share"), tp_top1_share=positives.get("top1_share"))
+    row["code"] = code_column(data.get("stages", {}))
     split = data.get("split") or {}
     row["split"] = ("dev" if split.get("scored") == "dev" else "test, dev held out" if "dev" in split else "test")
     row.update(data.get("metrics", {}))
@@ -53,15 +62,16 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
     project lives. Later duplicates of the same choices (reruns) are kept but marked ``superseded``."""
     rows = [_row(d, base) for d in find_runs(roots)]
     if not rows:
-        return pd.DataFrame(columns=["run", "status", "error", "split", *CHOICE_KEYS])
+        return pd.DataFrame(columns=["run", "status", "error", "split", *CHOICE_KEYS, "superseded", "stale", "code"])
     df = pd.DataFrame(rows).sort_values("run", kind="stable").reset_index(drop=True)
     done = df["status"] == "completed"
-    key = df[[*CHOICE_KEYS, "split"]].fillna("").astype(str).agg("|".join, axis=1)  # eval is absent from older runs
+    key = df[[*CHOICE_KEYS, "split", "fusion_alpha"]].fillna("").astype(str).agg("|".join, axis=1)  # eval: absent from older runs
     strata = [c for c in df.columns if "=" in c]  # breakdown metrics: a run scored by other strata is not a rerun
     if strata:
         key = key + "|" + df[strata].notna().apply(lambda r: ",".join(r.index[r]), axis=1)
     latest = df[done].groupby(key[done]).tail(1).index
     df["superseded"] = done & ~df.index.isin(latest)
+    df["stale"] = [",".join(stale_stages(c)) if ok else "" for c, ok in zip(df["code"], done)]
     return df
 
 

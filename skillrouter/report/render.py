@@ -1,5 +1,6 @@
 """Render a :class:`Table` to LaTeX (booktabs, best per column in bold, "—" with a footnoted reason
-for missing cells), Markdown and CSV. Values are shown as percentages with one decimal."""
+for missing cells), Markdown and CSV. Values are shown as percentages with one decimal; a table over several seeds
+shows each cell as ``mean ± s.d. (seeds)`` (the CSV: the mean, a ``<column> sd`` column and ``n_seeds``)."""
 from __future__ import annotations
 
 import string
@@ -12,17 +13,29 @@ DASH = "—"
 
 
 def _footnotes(table: Table) -> tuple[dict[tuple, str], dict[str, str]]:
-    """``(cell -> letter, letter -> reason)``: one letter per distinct reason, in cell order."""
+    """``(cell -> letters, letter -> reason)``: one letter per distinct reason (a missing cell's, a shown cell's
+    remarks), in cell order."""
     letters, marks = iter(string.ascii_lowercase), {}
     by_reason: dict[str, str] = {}
-    for key, reason in table.missing.items():
-        if reason not in by_reason:
-            by_reason[reason] = next(letters, "z")
-        marks[key] = by_reason[reason]
+    cells = [(key, [reason]) for key, reason in table.missing.items()] + list(table.marked.items())
+    for key, reasons in cells:
+        for reason in reasons:
+            if reason not in by_reason:
+                by_reason[reason] = next(letters, "z")
+        marks[key] = ",".join(by_reason[r] for r in reasons)
     return marks, {v: k for k, v in by_reason.items()}
 
 
-def _cells(table: Table, bold: tuple[str, str], sup: tuple[str, str], dagger: str, dash: str) -> pd.DataFrame:
+def _spread(table: Table, row: str, col: object, pm: str) -> str:
+    """`` ± s.d. (n)`` of a cell of a table over several seeds (`` (1)`` for one seed there); nothing in a one-seed
+    table."""
+    if table.seeds <= 1 or table.n is None:
+        return ""
+    n, sd = table.n.loc[row, col], table.sd.loc[row, col]
+    return f" {pm} {100 * sd:.1f} ({int(n)})" if n > 1 and not pd.isna(sd) else f" ({int(n)})" if not pd.isna(n) else ""
+
+
+def _cells(table: Table, bold: tuple[str, str], sup: tuple[str, str], dagger: str, dash: str, pm: str) -> pd.DataFrame:
     values = table.values
     marks, _ = _footnotes(table)
     best = {c: values[c].max() for c in values.columns if values[c].notna().any()}
@@ -31,16 +44,17 @@ def _cells(table: Table, bold: tuple[str, str], sup: tuple[str, str], dagger: st
         for col in values.columns:
             v = values.loc[row, col]
             col_key = col[:-1] if isinstance(col, tuple) else ()
+            mark = marks.get((row, col_key))
+            note = f"{sup[0]}{mark}{sup[1]}" if mark else ""
             if pd.isna(v):
-                mark = marks.get((row, col_key))
-                out.loc[row, col] = dash + (f"{sup[0]}{mark}{sup[1]}" if mark else "")
+                out.loc[row, col] = dash + note
                 continue
             text = f"{100 * v:.1f}"
             if (row, col if isinstance(col, tuple) else (col,)) in table.significant:
                 text += dagger
             if len(values.index) > 1 and abs(v - best[col]) < 1e-12:
                 text = f"{bold[0]}{text}{bold[1]}"
-            out.loc[row, col] = text
+            out.loc[row, col] = text + _spread(table, row, col, pm) + note
     return out
 
 
@@ -86,7 +100,7 @@ def _latex_escape(text: str) -> str:
 
 
 def to_latex(table: Table) -> str:
-    cells = _pretty_columns(_cells(table, (r"\textbf{", "}"), (r"\textsuperscript{", "}"), r"$^\dagger$", "---"))
+    cells = _pretty_columns(_cells(table, (r"\textbf{", "}"), (r"\textsuperscript{", "}"), r"$^\dagger$", "---", r"$\pm$"))
     styler = cells.style.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1).hide(axis="index", names=True)
     body = styler.to_latex(hrules=True, multicol_align="c", column_format="l" + "r" * cells.shape[1])
     notes = "".join(f"\\par\\footnotesize {_latex_escape(line)}\n" for line in _reason_lines(table))
@@ -96,7 +110,7 @@ def to_latex(table: Table) -> str:
 
 
 def to_markdown(table: Table) -> str:
-    cells = _pretty_columns(_cells(table, ("**", "**"), ("<sup>", "</sup>"), "†", DASH))
+    cells = _pretty_columns(_cells(table, ("**", "**"), ("<sup>", "</sup>"), "†", DASH, "±"))
     if isinstance(cells.columns, pd.MultiIndex):
         cells.columns = [" ".join(c) for c in cells.columns]
     lines = "\n".join(f"- {line}" for line in _reason_lines(table))
@@ -104,10 +118,19 @@ def to_markdown(table: Table) -> str:
 
 
 def to_csv(table: Table) -> str:
-    df = table.values.copy()
-    if isinstance(df.columns, pd.MultiIndex):
-        df.columns = ["/".join(c) for c in df.columns]
-    return df.to_csv(float_format="%.6f")
+    """The means, each column's s.d. over seeds beside it (``<column> sd``), and each row's seeds (``n_seeds``)."""
+    def flat(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.copy()
+        if isinstance(df.columns, pd.MultiIndex):
+            df.columns = ["/".join(c) for c in df.columns]
+        return df
+
+    means = flat(table.values)
+    sd = flat(table.sd) if table.sd is not None else means * float("nan")
+    out = pd.concat({c: means[c] for c in means.columns} | {f"{c} sd": sd[c] for c in means.columns}, axis=1)
+    out = out[[name for c in means.columns for name in (c, f"{c} sd")]]
+    out["n_seeds"] = table.n.max(axis=1).astype("Int64") if table.n is not None else 1
+    return out.to_csv(float_format="%.6f")
 
 
 def _plain_cells(df: pd.DataFrame, dash: str) -> pd.DataFrame:

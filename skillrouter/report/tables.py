@@ -4,6 +4,10 @@ A table's cells come from the tidy run table. Column dimensions are choice keys 
 ``fields``...); ``tier`` gains an ``avg`` column, the mean of the Easy and Hard runs of the same
 system, defined only when both exist. A missing cell keeps the reason (which run is missing, or
 the error of the run that failed) for the rendered footnote.
+
+Seeds: a cell is every seed's run of its system (the latest run per seed), shown as the mean, the sample s.d. and
+the number of seeds; the ``avg`` column averages Easy and Hard seed by seed. A cell with fewer seeds than the table's
+others says which are missing, and a cell made by code that has changed since (:mod:`.freshness`) names the stages.
 """
 from __future__ import annotations
 
@@ -28,16 +32,26 @@ UNTRAINED_HEADS = {"minilm_ce": "MiniLM with a freshly initialised classificatio
 UNTRAINED = " (untrained head)"
 
 
+def fusion_label(row: pd.Series) -> str:
+    """`` + fusion α=0.3`` (a given weight), `` + fusion α (dev)`` (chosen on the dev split: the chosen weights are
+    in the table's notes), `` + rrf``; nothing for the reranker's order alone."""
+    method = row.get("fusion") or "none"
+    if method == "interpolate":
+        return " + fusion α (dev)" if row.get("fusion_chosen_on") == "dev" else f" + fusion α={float(row['fusion_alpha']):g}"
+    return " + rrf" if method == "rrf" else ""
+
+
 def system_label(row: pd.Series) -> str:
     label = str(row["encoder"])
     if row["reranker"] not in (None, "none"):
         label += " + " + (f"trained[{row['loss']}]" if row["reranker"] == "trained" else str(row["reranker"]))
         label += UNTRAINED if row["reranker"] in UNTRAINED_HEADS else ""
+        label += fusion_label(row)
     return label
 
 
 def loss_label(row: pd.Series) -> str:
-    return str(row["loss"]) if row["reranker"] == "trained" else str(row["reranker"]) + UNTRAINED
+    return (str(row["loss"]) if row["reranker"] == "trained" else str(row["reranker"]) + UNTRAINED) + fusion_label(row)
 
 
 def untrained_note(rows: list[str]) -> list[str]:
@@ -85,8 +99,8 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("fn_filter", "False-negative filter ablation (trained encoder)", "fn_filter", ("hit@1", "mrr@10"),
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
-              select={"reranker": ("trained", "minilm_ce"), "topk": ("20",), "fields": ("all",)}, rows="loss_label",
-              significance_vs="pointwise"),
+              select={"reranker": ("trained", "minilm_ce"), "topk": ("20",), "fields": ("all",), "fusion": ("none",)},
+              rows="loss_label", significance_vs="pointwise"),
     TableSpec("skip_ablation", "SKIP ablation (R3's four rows)", "skip_ablation", ("hit@1", "ndcg@10", "r@10", "set_compat"),
               select={"tier": ("easy",), "fields": ("all",)}, columns=(),
               row_specs=(("Embedding w/o SKIP", (("encoder", "trained_r3"), ("reranker", "none"))),
@@ -94,7 +108,7 @@ TABLES: tuple[TableSpec, ...] = (
                          ("Reranker w/o graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "listwise"))),
                          ("Reranker w/ graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "graded"))))),
     TableSpec("topk_ablation", "Top-K ablation: Hit@1 by candidates reranked", "topk_ablation", ("hit@1",),
-              select={"fields": ("all",)}, exclude={"reranker": ("none",)}, columns=("topk", "tier"),
+              select={"fields": ("all",), "fusion": ("none",)}, exclude={"reranker": ("none",)}, columns=("topk", "tier"),
               column_values={"topk": ("10", "20", "50")}, row_needs={"topk": ("10", "50")}),
     TableSpec("single_multi", "Single- vs multi-skill queries (Easy tier)", "pipeline_results",
               ("single/hit@1", "single/r@10", "single/fc@10", "multi/hit@1", "multi/r@10", "multi/fc@10"),
@@ -105,10 +119,18 @@ TABLES: tuple[TableSpec, ...] = (
 @dataclass
 class Table:
     spec: TableSpec
-    values: pd.DataFrame                          # rows x (column dims..., metric), NaN where missing
+    values: pd.DataFrame                          # rows x (column dims..., metric): the mean over seeds, NaN where missing
     missing: dict[tuple[str, tuple], str]         # (row, column) -> reason
     significant: set[tuple[str, tuple]] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    sd: pd.DataFrame | None = None                # the sample s.d. over seeds (NaN for one seed)
+    n: pd.DataFrame | None = None                 # the seeds behind each value
+    marked: dict[tuple[str, tuple], list[str]] = field(default_factory=dict)  # shown cells' footnoted remarks
+
+    @property
+    def seeds(self) -> int:
+        """The most seeds any cell has (1: a one-seed table, shown without s.d.)."""
+        return int(self.n.max().max()) if self.n is not None and self.n.notna().any().any() else 1
 
 
 def _matches(df: pd.DataFrame, selector: dict[str, tuple[str, ...]], negate: bool = False) -> pd.Series:
@@ -154,6 +176,24 @@ def sweep_systems(sweep: str) -> dict[str, tuple[str, ...]]:
     return {k: tuple(str(v).split(",")) for k, v in params.items() if k in SYSTEM_KEYS}
 
 
+def _per_seed(hit: pd.DataFrame, metrics: tuple[str, ...]) -> dict[str, pd.Series]:
+    """One run per seed among a cell's matching runs: the latest with the most of the table's metrics."""
+    present = hit[[m for m in metrics if m in hit.columns]].notna().sum(axis=1)
+    out = {}
+    for seed, runs in hit.groupby(hit["seed"].fillna("0").astype(str), sort=True):
+        best = present.loc[runs.index]
+        out[str(seed)] = runs.loc[best[best == best.max()].index[-1]]
+    return out
+
+
+def _stat(values: list[float]) -> tuple[float, float, int]:
+    """Mean, sample s.d. (NaN for one value) and count, NaNs left out."""
+    kept = [v for v in values if not pd.isna(v)]
+    if not kept:
+        return np.nan, np.nan, 0
+    return float(np.mean(kept)), float(np.std(kept, ddof=1)) if len(kept) > 1 else np.nan, len(kept)
+
+
 def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_significance: bool = False) -> Table:
     all_runs = _with_labels(runs)
     ok = all_runs[all_runs.index.isin(usable(runs).index)]
@@ -170,16 +210,23 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
     col_keys = list(itertools.product(*[vals + (("avg",) if d == "tier" else ()) for d, vals in zip(spec.columns, dims)]))
     columns = pd.MultiIndex.from_tuples([(*c, m) for c in col_keys for m in spec.metrics], names=[*spec.columns, "metric"]) \
         if spec.columns else pd.Index(spec.metrics, name="metric")
-    values = pd.DataFrame(np.nan, index=pd.Index(rows, name=spec.rows if not spec.row_specs else "row"), columns=columns)
+    index = pd.Index(rows, name=spec.rows if not spec.row_specs else "row")
+    values, sd, n = (pd.DataFrame(np.nan, index=index, columns=columns) for _ in range(3))
     missing: dict[tuple[str, tuple], str] = {}
-    chosen: dict[tuple[str, tuple], pd.Series] = {}
+    chosen: dict[tuple[str, tuple], dict[str, pd.Series]] = {}  # per cell, its run of each seed
+
+    def put(row: str, col: tuple, m: str, per_seed: list[float]) -> None:
+        key = (*col, m) if spec.columns else m
+        values.loc[row, key], sd.loc[row, key], n.loc[row, key] = _stat(per_seed)
+
     for row, col in itertools.product(rows, col_keys):
         selector = {**row_sel[row], **{d: v for d, v in zip(spec.columns, col) if v != "avg"}}
         if "avg" in col:
             parts = [chosen.get((row, tuple(t if v == "avg" else v for v in col))) for t in TIER_VALUES]
-            if all(p is not None for p in parts):
+            seeds = sorted(set.intersection(*(set(p) for p in parts))) if all(parts) else []
+            if seeds:
                 for m in spec.metrics:
-                    values.loc[row, (*col, m) if spec.columns else m] = float(np.mean([p[m] for p in parts]))
+                    put(row, col, m, [float(np.mean([p[seed].get(m, np.nan) for p in parts])) for seed in seeds])
             else:
                 missing[(row, col)] = "needs both tier runs"
             continue
@@ -190,40 +237,77 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
             missing[(row, col)] = (f"run {failed.iloc[-1]['run']} {failed.iloc[-1]['status']}: {failed.iloc[-1]['error']}"
                                    if len(failed) else f"no completed run with {desc} (sweeps/{spec.sweep}.yaml)")
             continue
-        present = hit[[m for m in spec.metrics if m in hit.columns]].notna().sum(axis=1)
-        chosen[(row, col)] = run = hit.loc[present[present == present.max()].index[-1]]  # the latest with the most
+        chosen[(row, col)] = per_seed = _per_seed(hit, spec.metrics)
         for m in spec.metrics:
-            values.loc[row, (*col, m) if spec.columns else m] = run.get(m, np.nan)
-        absent = [m for m in spec.metrics if pd.isna(run.get(m, np.nan))]
+            put(row, col, m, [r.get(m, np.nan) for r in per_seed.values()])
+        absent = [m for m in spec.metrics if all(pd.isna(r.get(m, np.nan)) for r in per_seed.values())]
         if absent:  # a stratum no query falls in (tied quartile edges) has no metric
             missing[(row, col)] = f"no {', '.join(absent)} in the run (no query in that stratum)"
     if spec.drop:
         a, b = spec.drop
         for m in spec.metrics:
             values[(f"drop {a}-{b} (pp)", m)] = values[(a, m)] - values[(b, m)]
-    table = Table(spec, values, missing, notes=untrained_note(rows))
+            sd[(f"drop {a}-{b} (pp)", m)], n[(f"drop {a}-{b} (pp)", m)] = np.nan, np.minimum(n[(a, m)], n[(b, m)])
+    table = Table(spec, values, missing, notes=untrained_note(rows) + fusion_note(chosen), sd=sd, n=n,
+                  marked=_remarks(chosen))
     if with_significance and spec.significance_vs in rows:
         _mark_significance(table, chosen, run_root)
     return table
 
 
-def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], pd.Series], run_root: Path) -> None:
+def _remarks(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> dict[tuple[str, tuple], list[str]]:
+    """Per shown cell, what its footnote says: fewer seeds than the table's others (which ones are missing), runs made
+    by code that has changed since (which stages)."""
+    every = sorted({seed for per_seed in chosen.values() for seed in per_seed}, key=lambda s: (len(s), s))
+    out: dict[tuple[str, tuple], list[str]] = {}
+    for cell, per_seed in chosen.items():
+        lack = [seed for seed in every if seed not in per_seed]
+        if lack:
+            out.setdefault(cell, []).append(f"{len(per_seed)} of {len(every)} seeds: no run of seed {', '.join(lack)}")
+        stale = sorted({st for r in per_seed.values() for st in str(r.get("stale") or "").split(",") if st})
+        if stale:
+            out.setdefault(cell, []).append(f"made by code that has changed since: {', '.join(stale)} (rerun its sweep)")
+    return out
+
+
+def fusion_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list[str]:
+    """What weights the rows whose fusion weight was chosen on the dev split got."""
+    alphas: dict[str, list[str]] = {}
+    for (row, _), per_seed in sorted(chosen.items(), key=lambda kv: str(kv[0])):
+        for r in per_seed.values():
+            if r.get("fusion_chosen_on") == "dev":
+                alphas.setdefault(row, []).append(f"{float(r['fusion_alpha']):g}")
+    return [f"{row}: α chosen on the dev split (held out of every training) by the cell's objective, over 0, 0.1, ..., 1: "
+            f"{', '.join(sorted(set(a), key=float))} across its runs" for row, a in alphas.items()]
+
+
+def _query_means(runs: dict[str, pd.Series], run_root: Path, metric: str) -> dict[str, float]:
+    """Each query's metric, averaged over a cell's seeds (the queries every seed scored)."""
+    tables = [per_query(run_root, r["run"]) for r in runs.values()]
+    qids = set.intersection(*(set(q for q in t if metric in t[q]) for t in tables))
+    return {q: float(np.mean([t[q][metric] for t in tables])) for q in qids}
+
+
+def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], dict[str, pd.Series]], run_root: Path) -> None:
     ref = table.spec.significance_vs
-    for (row, col), run in chosen.items():
+    for (row, col), runs in chosen.items():
         base = chosen.get((ref, col))
         if row == ref or base is None:
             continue
-        a, b = per_query(run_root, run["run"]), per_query(run_root, base["run"])
         for m in table.spec.metrics:
-            qids = sorted(q for q in a if m in a[q] and q in b and m in b[q])
-            if qids and paired_randomization([a[q][m] for q in qids], [b[q][m] for q in qids]) < 0.05:
+            a, b = _query_means(runs, run_root, m), _query_means(base, run_root, m)
+            qids = sorted(set(a) & set(b))
+            if qids and paired_randomization([a[q] for q in qids], [b[q] for q in qids]) < 0.05:
                 table.significant.add((row, (*col, m)))
-    table.notes.append(f"† p < 0.05 against {ref}, two-sided paired randomization test over queries (10,000 sign flips).")
+    table.notes.append(f"† p < 0.05 against {ref}, two-sided paired randomization test over queries (10,000 sign flips)"
+                       + (", each query's metric averaged over the seeds." if table.seeds > 1 else "."))
 
 
 def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
-    """Per pipeline run: queries the reranker fixed (encoder miss -> Hit@1), degraded (hit -> miss),
-    and the net change, against the encoder-only run with the same encoder, fields, tier and data."""
+    """Per pipeline (and tier, topk): queries the reranker fixed (encoder miss -> Hit@1), degraded (hit -> miss), and
+    the net change, against the encoder-only run with the same encoder, fields, tier, data and seed, averaged over the
+    seeds; and where a trained reranker put its training positives: their share of the reranked candidates and of its
+    top-1 picks (a reranker that learned which skills were positives puts them first far beyond their share)."""
     df = _with_labels(usable(runs))
     base_keys = ["data", "encoder", "fields", "tier", "fn_filter", "seed"]
     encoder_only = {tuple(r[k] for k in base_keys): r for _, r in df[df["reranker"] == "none"].iterrows()}
@@ -235,11 +319,18 @@ def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
         a, b = per_query(run_root, r["run"]), per_query(run_root, base["run"])
         fixed = sum(1 for q in a if a[q]["hit@1"] > b.get(q, {}).get("hit@1", 0))
         degraded = sum(1 for q in a if a[q]["hit@1"] < b.get(q, {}).get("hit@1", 0))
-        out.append({"system": r["system"], "tier": r["tier"], "topk": r["topk"], "fixed": fixed, "degraded": degraded,
-                    "net": fixed - degraded, "queries": len(a)})
-    cols = ["system", "tier", "topk", "fixed", "degraded", "net", "queries"]
-    table = pd.DataFrame(out, columns=cols).drop_duplicates(["system", "tier", "topk"], keep="last")
-    return table.sort_values(["system", "tier", "topk"], kind="stable").reset_index(drop=True)
+        out.append({"system": r["system"], "tier": r["tier"], "topk": r["topk"], "seed": r["seed"], "fixed": fixed,
+                    "degraded": degraded, "net": fixed - degraded, "queries": len(a),
+                    "positives in candidates": r.get("tp_candidate_share"), "positives at top-1": r.get("tp_top1_share")})
+    cols = ["system", "tier", "topk", "fixed", "degraded", "net", "queries", "n_seeds", "positives in candidates",
+            "positives at top-1"]
+    if not out:
+        return pd.DataFrame(columns=cols)
+    per_run = pd.DataFrame(out).drop_duplicates(["system", "tier", "topk", "seed"], keep="last")
+    table = per_run.groupby(["system", "tier", "topk"], sort=True).agg(
+        fixed=("fixed", "mean"), degraded=("degraded", "mean"), net=("net", "mean"), queries=("queries", "first"),
+        n_seeds=("seed", "nunique"), **{c: (c, "mean") for c in ("positives in candidates", "positives at top-1")})
+    return table.reset_index()[cols]
 
 
 __all__ = ["CHOICE_KEYS", "TABLES", "Table", "TableSpec", "build_table", "reranker_contribution"]

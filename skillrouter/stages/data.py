@@ -93,21 +93,22 @@ def _build_dev_split(ctx: BuildContext) -> dict[str, Any]:
         queries = check_ground_truth(queries, {s.id for s in base.skills}, policy, path)
         split, source = dev_split_module.given(examples, queries), {"source": "file", "file": path}
     else:
-        split = dev_split_module.carve(examples, p["share"], p["seed"], ctx.stage.options["pairs_file"])
-        source = {"source": "share", "share": p["share"], "seed": p["seed"]}
+        split = dev_split_module.carve(examples, p["share"], p["seed"], ctx.stage.options["pairs_file"], p["unit"])
+        source = {"source": "share", "share": p["share"], "seed": p["seed"], "unit": p["unit"]}
     atomic_write_jsonl(ctx.out / EXAMPLES, (asdict(ex) for ex in split.train))
     write_dataset(Dataset(base.skills, split.queries, distractor_ids=base.distractor_ids), ctx.out)
     return {"split": dev_split_module.describe(split, source), "n_examples": len(split.train), "n_skills": len(base.skills),
             "n_queries": len(split.queries), "n_training_pool": len(base.training_pool()), "items": len(examples)}
 
 
-def dev_split(pairs: Stage, dev_queries: FileRef | None, share: float, seed: int, on_error: str, max_field_chars: int) -> Stage:
+def dev_split(pairs: Stage, dev_queries: FileRef | None, share: float, seed: int, on_error: str, max_field_chars: int,
+              unit: str = "skill") -> Stage:
     """The training pairs less a dev split, and that split as a dataset (the training pool, the dev queries):
     a drop-in for ``train_pairs`` where training reads it and for ``load_data`` where a cell scores the dev split
     (:mod:`skillrouter.data.dev_split`)."""
     inputs, files, names, paths = file_inputs({"dev_queries": dev_queries})
     params = ({"files": names, "on_error": on_error, "max_field_chars": max_field_chars} if dev_queries
-              else {"share": share, "seed": seed})
+              else {"share": share, "seed": seed, "unit": unit})
     return Stage("dev_split", _build_dev_split, params, inputs={**inputs, "pairs": pairs, "data": pairs.inputs["data"]},
                  files=files, cheap=True, code=(dev_split_module.__name__,),
                  options={"paths": paths, "pairs_file": pairs.options.get("paths", {}).get("pairs", "data.train_pairs")})

@@ -89,6 +89,8 @@ class Stage:
     items: Items | None = None
     counts: Callable[[Stage, StageCache], dict[str, float]] | None = None  # what a plan counts of its work beyond items
     key: str = field(init=False)
+    modules: tuple[str, ...] = field(init=False)  # the modules whose source defines the artifact (build's among them)...
+    fingerprint: str = field(init=False)          # ...and their hash: what a run records of the code that made it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -98,8 +100,11 @@ class Stage:
         modules = tuple(self.code) + ((self.build.__module__,) if self.build else ())
         identity = {**{role: s.key for role, s in self.inputs.items()},
                     **{f"file:{role}": f.fingerprint for role, f in self.files.items()}}
-        key = stage_key(self.kind, self.version, code_fingerprint(modules), json.loads(json.dumps(self.params)), identity)
+        fingerprint = code_fingerprint(modules)
+        key = stage_key(self.kind, self.version, fingerprint, json.loads(json.dumps(self.params)), identity)
         object.__setattr__(self, "key", key)
+        object.__setattr__(self, "modules", modules)
+        object.__setattr__(self, "fingerprint", fingerprint)
         object.__setattr__(self, "code", ())  # folded into the key
 
     @property

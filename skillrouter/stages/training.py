@@ -131,20 +131,22 @@ def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
 
     p = ctx.params
     examples = read_examples(ctx.input("pairs"))
-    lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"])
+    lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"],
+                        p["negatives"], p["train"]["seed"])
     train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"), show_progress=ctx.progress)
     losses = data_parallel.run(train_reranker_losses, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
                                                        train, ctx.work, ctx.out / "model"), data_parallel.processes())
     return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}
 
 
-def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainConfig, list_size: int, text: TextSpec,
-                      data: Stage, pairs: Stage, candidates: Stage, oracle: FileRef | None = None) -> Stage:
-    """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates
-    (``train.mini_batch``: pairs per forward pass, an option like the encoder's)."""
+def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainConfig, list_size: int, negatives: str,
+                      text: TextSpec, data: Stage, pairs: Stage, candidates: Stage, oracle: FileRef | None = None) -> Stage:
+    """Fine-tune the base reranker with the ``loss`` group on lists from the encoder's top candidates, their
+    negatives drawn as ``negatives`` says (:mod:`skillrouter.train.reranker`; ``train.mini_batch``: pairs per
+    forward pass, an option like the encoder's)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"base": spec_dict(spec), "loss": dict(loss), "train": _keyed(train), "list_size": list_size,
-              "text": skill_text(text), "files": names}
+              "negatives": negatives, "text": skill_text(text), "files": names}
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
                  options={"paths": paths, "mini_batch": train.mini_batch}, items=Items("pairs", "n_examples", "train.epochs"),

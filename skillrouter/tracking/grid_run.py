@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from ..cache.store import stable_hash
 from ..eval.metrics import HEADLINE
 from ..events import GridEnded
@@ -21,6 +23,27 @@ def grid_table(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
     columns = ["cell", *choices, "status", *HEADLINE, "stages_reused", "stages", "seconds", "error"]
     data = [[r["cell"], *[r["choices"].get(k) for k in choices], r["status"], *[r["metrics"].get(m) for m in HEADLINE],
              r["stages_reused"], r["stages"], r["seconds"], r["error"]] for r in cells]
+    return columns, data
+
+
+def seed_table(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]] | None:
+    """The completed cells grouped over ``seed`` (a grid that sweeps it): per system, its seeds and each headline
+    metric's mean and sample s.d., as the report's tables show them. None for a one-seed grid."""
+    done = [c for c in cells if c["status"] == "completed"]
+    if len({c["choices"].get("seed") for c in done}) < 2:
+        return None
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for c in done:
+        groups.setdefault(tuple(sorted((k, v) for k, v in c["choices"].items() if k != "seed")), []).append(c)
+    choices = sorted({k for key in groups for k, _ in key})
+    columns = [*choices, "n_seeds", *[name for m in HEADLINE for name in (m, f"{m} sd")]]
+    data = []
+    for key, members in groups.items():
+        row: list[Any] = [dict(key).get(k) for k in choices] + [len(members)]
+        for m in HEADLINE:
+            values = [c["metrics"][m] for c in members if c["metrics"].get(m) is not None]
+            row += [float(np.mean(values)) if values else None, float(np.std(values, ddof=1)) if len(values) > 1 else None]
+        data.append(row)
     return columns, data
 
 
@@ -36,6 +59,9 @@ def log_grid(settings: TrackingSettings, grid: GridEnded, study: Mapping[str, An
         run = settings.init(sweep_dir / "grid", "grid", f"grid {settings.group}", {"sweep": str(sweep_dir), "cells": len(data)},
                             run_id=f"grid-{stable_hash(str(sweep_dir.resolve()), 12)}")
         run.log({"cells": wandb.Table(columns=columns, data=data)})
+        over_seeds = seed_table(grid.cells)
+        if over_seeds is not None:
+            run.log({"cells_over_seeds": wandb.Table(columns=over_seeds[0], data=over_seeds[1])})
         if study is not None:
             run.log({"trials": wandb.Table(*trials_table(study))})
             run.summary.update(study_summary(study))
