@@ -1,7 +1,9 @@
 """Serving a cell (``python -m skillrouter.route``): the real server as a subprocess, talked to with the ``mcp``
-SDK's own client over stdio and HTTP and with a plain HTTP client. The rankings are the cell's ``rankings.jsonl``;
-a watched folder picks up a new skill without a restart and without re-embedding the others; bad input is refused
-with a 4xx; a restart re-embeds nothing."""
+SDK's own client over stdio and HTTP, with a plain HTTP client and with schemathesis (property-based requests made
+from the server's own ``/openapi.json``). The rankings are the cell's ``rankings.jsonl``; a watched folder picks up a
+new skill without a restart and without re-embedding the others; bad input of any shape is refused with a 4xx;
+stdout over stdio is JSON-RPC alone; a restart re-embeds nothing. One HTTP server serves every test that only
+reads from it."""
 from __future__ import annotations
 
 import asyncio
@@ -86,70 +88,145 @@ class Server:
         self.log.close()
 
 
-def test_http_api_serves_the_cells_rankings_and_refuses_bad_requests(cell):
-    queries = cell["dataset"].queries
+@pytest.fixture(scope="module")
+def served(cell):
+    """The cell served over HTTP once, for the tests that only talk to it."""
     server = Server(cell["tmp"], "--run", str(cell["run"]), "--batch-wait-ms", "50")
+    yield server
+    server.stop()
+
+
+def test_http_api_serves_the_cells_rankings_and_refuses_bad_requests(cell, served):
+    queries, server = cell["dataset"].queries, served
+    health = server.health()
+    assert health["measured"]["hit@1"] == cell["metrics"]["metrics"]["hit@1"]  # the cell's own measurement
+    assert (health["encoder"], health["reranker"], health["topk"], health["embedded"]) == ("trained", "minilm_ce", 5, 0)
+    assert health["encoder_weights"] == f"train_encoder {cell['metrics']['stages']['train_encoder']['key']}"
+
+    results = server.post({"tasks": [q.text for q in queries], "k": 10}).json()["results"]
+    for q, hits in zip(queries, results):
+        expected = cell["rankings"][q.id]
+        assert [h["id"] for h in hits] == expected.ids[:10], q.id
+        assert [h["score"] for h in hits] == pytest.approx(expected.scores[:10], abs=1e-4)
+    one = server.post({"task": queries[0].text, "k": 3}).json()["hits"]
+    assert one == results[0][:3]
+
+    async def concurrent(texts: list[str]) -> list[dict]:
+        async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
+            replies = await asyncio.gather(*(client.post(f"{server.url}/route", json={"task": t, "k": 10})
+                                             for t in texts))
+        return [r.json()["hits"] for r in replies]
+
+    hits_before = server.health()["cache_hits"]
+    assert asyncio.run(concurrent([q.text for q in queries[:8]])) == results[:8]  # asked again: the cache answers
+    assert server.health()["cache_hits"] - hits_before == 8
+    before = server.health()["batches"]
+    asyncio.run(concurrent([f"{q.text} (asked anew)" for q in queries[:8]]))
+    assert 0 < server.health()["batches"] - before < 8  # micro-batched: fewer model calls than requests
+
+    refusals = {
+        "no token": httpx.post(f"{server.url}/route", json={"task": "x"}, timeout=30),
+        "wrong token": httpx.post(f"{server.url}/route", json={"task": "x"}, headers={"Authorization": "Bearer no"},
+                                  timeout=30),
+        "mcp without token": httpx.post(f"{server.url}/mcp", json={}, timeout=30),
+        "too many tasks": server.post({"tasks": ["x"] * 65}),
+        "too long a task": server.post({"task": "x" * 20_001}),
+        "too big a body": httpx.post(f"{server.url}/route", content=b" " * 1_000_001, headers=server.headers, timeout=30),
+        "k too large": server.post({"task": "x", "k": 11}),
+        "k not a number": server.post({"task": "x", "k": "3"}),
+        "neither task nor tasks": server.post({"k": 3}),
+        "not json": httpx.post(f"{server.url}/route", content=b"{", headers=server.headers, timeout=30),
+        "traversal id": httpx.get(f"{server.url}/skills/..%2F..%2F..%2Fetc%2Fpasswd", headers=server.headers, timeout=30),
+        "unknown id": httpx.get(f"{server.url}/skills/no-such-skill", headers=server.headers, timeout=30),
+    }
+    statuses = {name: r.status_code for name, r in refusals.items()}
+    assert statuses == {"no token": 401, "wrong token": 401, "mcp without token": 401, "too many tasks": 413,
+                        "too long a task": 413, "too big a body": 413, "k too large": 400, "k not a number": 400,
+                        "neither task nor tasks": 400, "not json": 400, "traversal id": 404, "unknown id": 404}
+    assert all(r.text.count("\n") == 1 for r in refusals.values())  # one line saying what is wrong
+    assert "at most 64" in refusals["too many tasks"].text and "from 1 to 10" in refusals["k too large"].text
+
+    skill = next(s for s in cell["dataset"].skills if s.id == results[0][0]["id"])
+    text = httpx.get(f"{server.url}/skills/{skill.id}", headers=server.headers, timeout=30).text
+    assert text == skill_md(skill, skill.name)  # the pool's record as a SKILL.md
+    assert set(httpx.get(f"{server.url}/openapi.json", headers=server.headers, timeout=30).json()["paths"]) == \
+        {"/route", "/skills/{id}", "/health", "/metrics"}
+
+
+def test_bodies_of_any_shape_are_a_400_in_one_line(served):
+    bodies = {
+        "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
+        "nested in an object": b'{"task": ' + b"[" * 50 + b'"x"' + b"]" * 50 + b"}",
+        "a list": b'["a task"]',
+        "a number": b"12",
+        "task an object": b'{"task": {"text": "x"}}',
+        "tasks of numbers": b'{"tasks": [1, 2]}',
+        "k a fraction": b'{"task": "x", "k": 2.5}',
+        "k huge": b'{"task": "x", "k": 1' + b"0" * 400 + b"}",
+        "not UTF-8": b'{"task": "\xff\xfe"}',
+        "brackets inside a string are text": b'{"task": "' + b"[" * 100 + b'", "k": 0}',
+    }
+    replies = {name: httpx.post(f"{served.url}/route", content=body, headers=served.headers, timeout=60)
+               for name, body in bodies.items()}
+    assert {name: r.status_code for name, r in replies.items()} == {name: 400 for name in bodies}
+    assert all(r.text.count("\n") == 1 and "Traceback" not in r.text for r in replies.values())
+    assert replies["nested 100,000 deep"].text.startswith("body nests 100000 levels deep")
+    assert "'k' must be an integer" in replies["brackets inside a string are text"].text  # parsed, not refused for depth
+
+
+def test_metrics_in_prometheus_format_behind_the_token(served, cell):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert httpx.get(f"{served.url}/metrics", timeout=30).status_code == 401
+    served.post({"task": cell["dataset"].queries[1].text, "k": 3})
+    reply = httpx.get(f"{served.url}/metrics", headers=served.headers, timeout=30)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    samples = {s.name: s.value for f in text_string_to_metric_families(reply.text) for s in f.samples
+               if not s.labels or s.labels.get("api") == "http"}
+    assert samples["skillrouter_route_requests_total"] >= 1 and samples["skillrouter_route_request_seconds_count"] >= 1
+    assert samples["skillrouter_route_index_skills"] == len(cell["dataset"].skills)
+    assert samples["skillrouter_route_batches"] >= 1 and "skillrouter_route_parse_failures" in samples
+
+
+def test_the_http_api_holds_against_requests_made_from_its_own_openapi(served):
+    """schemathesis generates requests, valid and not, from ``/openapi.json``: no 5xx, and every response (status,
+    content type, body) is one the schema allows."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json", headers=served.headers)
+    failures = []
+
+    def fuzz(operation) -> None:
+        @settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+        @given(case=operation.as_strategy())
+        def check(case):
+            case.call_and_validate(base_url=served.url, headers=served.headers, timeout=120)
+
+        check()
+
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        try:
+            fuzz(operation)
+        except Exception as exc:  # noqa: BLE001 - every operation's failure is reported together
+            failures.append(f"{operation.label}: {str(exc)[:1000]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_request_in_flight_when_sigterm_arrives_is_answered(cell):
+    server = Server(cell["tmp"], "--run", str(cell["run"]))
+    tasks = [f"{q.text} (in flight)" for q in cell["dataset"].queries]
+
+    async def in_flight() -> int:
+        async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
+            pending = asyncio.ensure_future(client.post(f"{server.url}/route", json={"tasks": tasks, "k": 10}))
+            await asyncio.sleep(0.3)
+            server.proc.send_signal(signal.SIGTERM)
+            return (await pending).status_code
+
     try:
-        health = server.health()
-        assert health["measured"]["hit@1"] == cell["metrics"]["metrics"]["hit@1"]  # the cell's own measurement
-        assert (health["encoder"], health["reranker"], health["topk"], health["embedded"]) == ("trained", "minilm_ce", 5, 0)
-        assert health["encoder_weights"] == f"train_encoder {cell['metrics']['stages']['train_encoder']['key']}"
-
-        results = server.post({"tasks": [q.text for q in queries], "k": 10}).json()["results"]
-        for q, hits in zip(queries, results):
-            expected = cell["rankings"][q.id]
-            assert [h["id"] for h in hits] == expected.ids[:10], q.id
-            assert [h["score"] for h in hits] == pytest.approx(expected.scores[:10], abs=1e-4)
-        one = server.post({"task": queries[0].text, "k": 3}).json()["hits"]
-        assert one == results[0][:3]
-
-        async def concurrent() -> list[dict]:
-            async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
-                replies = await asyncio.gather(*(client.post(f"{server.url}/route", json={"task": q.text, "k": 10})
-                                                 for q in queries[:8]))
-            return [r.json()["hits"] for r in replies]
-
-        before = server.health()["batches"]
-        assert asyncio.run(concurrent()) == results[:8]
-        assert server.health()["batches"] - before < 8  # micro-batched: fewer model calls than requests
-
-        refusals = {
-            "no token": httpx.post(f"{server.url}/route", json={"task": "x"}, timeout=30),
-            "wrong token": httpx.post(f"{server.url}/route", json={"task": "x"}, headers={"Authorization": "Bearer no"},
-                                      timeout=30),
-            "mcp without token": httpx.post(f"{server.url}/mcp", json={}, timeout=30),
-            "too many tasks": server.post({"tasks": ["x"] * 65}),
-            "too long a task": server.post({"task": "x" * 20_001}),
-            "too big a body": httpx.post(f"{server.url}/route", content=b" " * 1_000_001, headers=server.headers, timeout=30),
-            "k too large": server.post({"task": "x", "k": 11}),
-            "k not a number": server.post({"task": "x", "k": "3"}),
-            "neither task nor tasks": server.post({"k": 3}),
-            "not json": httpx.post(f"{server.url}/route", content=b"{", headers=server.headers, timeout=30),
-            "traversal id": httpx.get(f"{server.url}/skills/..%2F..%2F..%2Fetc%2Fpasswd", headers=server.headers, timeout=30),
-            "unknown id": httpx.get(f"{server.url}/skills/no-such-skill", headers=server.headers, timeout=30),
-        }
-        statuses = {name: r.status_code for name, r in refusals.items()}
-        assert statuses == {"no token": 401, "wrong token": 401, "mcp without token": 401, "too many tasks": 413,
-                            "too long a task": 413, "too big a body": 413, "k too large": 400, "k not a number": 400,
-                            "neither task nor tasks": 400, "not json": 400, "traversal id": 404, "unknown id": 404}
-        assert all(r.text.count("\n") == 1 for r in refusals.values())  # one line saying what is wrong
-        assert "at most 64" in refusals["too many tasks"].text and "from 1 to 10" in refusals["k too large"].text
-
-        skill = next(s for s in cell["dataset"].skills if s.id == results[0][0]["id"])
-        text = httpx.get(f"{server.url}/skills/{skill.id}", headers=server.headers, timeout=30).text
-        assert text == skill_md(skill, skill.name)  # the pool's record as a SKILL.md
-        assert set(httpx.get(f"{server.url}/openapi.json", headers=server.headers, timeout=30).json()["paths"]) == \
-            {"/route", "/skills/{id}", "/health"}
-
-        # graceful shutdown: a request in flight when SIGTERM arrives is answered
-        async def in_flight() -> int:
-            async with httpx.AsyncClient(headers=server.headers, timeout=300) as client:
-                pending = asyncio.ensure_future(client.post(f"{server.url}/route",
-                                                            json={"tasks": [q.text for q in queries], "k": 10}))
-                await asyncio.sleep(0.3)
-                server.proc.send_signal(signal.SIGTERM)
-                return (await pending).status_code
-
         assert asyncio.run(in_flight()) == 200
         assert server.proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it drained on
     finally:
@@ -173,28 +250,35 @@ def _mcp_calls(target, first_query: str) -> tuple[list[str], list[dict], str, bo
     return asyncio.run(go())
 
 
-def test_mcp_over_stdio_and_http_with_the_sdks_client(cell):
+def test_mcp_over_stdio_and_http_with_the_sdks_client(cell, served, tmp_path):
+    """Over stdio, stdout carries JSON-RPC and nothing else, whatever prints while the server starts: here W&B's
+    offline notice (transformers prints it at import with ``WANDB_MODE=offline``) and a Hydra plugin that prints at
+    import (found on ``PYTHONPATH``, imported by Hydra's plugin discovery when the cell is composed)."""
     from mcp.client.stdio import StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
     import httpx2
 
+    noisy = tmp_path / "noisy" / "hydra_plugins" / "noisy_at_import"
+    noisy.mkdir(parents=True)
+    (noisy / "__init__.py").write_text('print("noise from a plugin at import")\n')
+    wire = tmp_path / "stdout.jsonl"  # what the server wrote to its stdout, as the client received it
+    command = " ".join([sys.executable, "-m", "skillrouter.route", "serve", *CELL, f"cache_dir={cell['tmp'] / 'cache'}"])
     query = cell["dataset"].queries[0]
     expected = cell["rankings"][query.id].ids[:5]
-    stdio = StdioServerParameters(  # by overrides, as launch.py takes them (the other servers load the run folder)
-        command=sys.executable, args=["-m", "skillrouter.route", "serve", *CELL, f"cache_dir={cell['tmp'] / 'cache'}"],
-        cwd=str(cell["tmp"]), env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    server = Server(cell["tmp"], "--run", str(cell["run"]))
-    try:
-        http = streamable_http_client(f"{server.url}/mcp", http_client=httpx2.AsyncClient(headers=server.headers))
-        for target in (stdio, http):
-            tools, hits, text, traversal_refused, oversized_refused = _mcp_calls(target, query.text)
-            assert tools == ["find_skills", "read_skill"]
-            assert [h["id"] for h in hits] == expected
-            assert set(hits[0]) == {"id", "name", "description", "score", "encoder_rank"}
-            assert text.startswith("---\n") and f"name: {hits[0]['name']}" in text
-            assert traversal_refused and oversized_refused
-    finally:
-        server.stop()
+    stdio = StdioServerParameters(  # by overrides, as launch.py takes them (the HTTP server loads the run folder)
+        command="bash", args=["-c", f"set -o pipefail; {command} | tee {wire}"], cwd=str(cell["tmp"]),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
+             "PYTHONPATH": f"{tmp_path / 'noisy'}:{ROOT}"})
+    http = streamable_http_client(f"{served.url}/mcp", http_client=httpx2.AsyncClient(headers=served.headers))
+    for target in (stdio, http):
+        tools, hits, text, traversal_refused, oversized_refused = _mcp_calls(target, query.text)
+        assert tools == ["find_skills", "read_skill"]
+        assert [h["id"] for h in hits] == expected
+        assert set(hits[0]) == {"id", "name", "description", "score", "encoder_rank"}
+        assert text.startswith("---\n") and f"name: {hits[0]['name']}" in text
+        assert traversal_refused and oversized_refused
+    lines = [line for line in wire.read_text().splitlines() if line.strip()]
+    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines), lines[:3]
 
 
 def _write_skill(root: Path, folder: str, name: str, description: str, body: str) -> None:
@@ -280,3 +364,17 @@ def test_a_cell_that_is_not_built_names_the_stage_and_the_command(tmp_path):
     assert proc.returncode == 2
     line = proc.stderr.strip().splitlines()[-1]
     assert "stage embed_pool" in line and "is not built" in line and "python launch.py data=tiny encoder=minilm" in line
+
+
+def test_a_live_folder_with_a_base_encoder_needs_nothing_built(tmp_path):
+    """``--skills DIR`` reads only the weights it serves: with MiniLM as it ships and no reranker, on an empty cache
+    (a fresh checkout: the default data's pool was never embedded), the server starts and routes the folder."""
+    skills = tmp_path / "skills"
+    _write_skill(skills, "csv-deduper", "csv-deduper", "Remove duplicate rows from CSV files.", "Hash each row; keep the first.")
+    _write_skill(skills, "pdf-splitter", "pdf-splitter", "Split PDF files into pages.", "Write one file per page.")
+    server = Server(tmp_path, "encoder=minilm", f"cache_dir={tmp_path / 'empty-cache'}", "--skills", str(skills), token=None)
+    try:
+        assert server.health()["skills"] == 2
+        assert server.post({"task": "drop the duplicate rows of my csv", "k": 1}).json()["hits"][0]["id"] == "csv-deduper"
+    finally:
+        server.stop()

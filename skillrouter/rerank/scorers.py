@@ -226,10 +226,15 @@ class CrossEncoderScorer:
         return [float(s) for s in scores]
 
 
-def make_scorer(spec: RerankerSpec, model_path: str | None = None) -> PairScorer | CrossEncoderScorer:
-    """A scorer for evaluation. A checkpoint without a scoring head (``minilm_ce``: the untrained row) gets
+def make_scorer(spec: RerankerSpec, model_path: str | None = None, onnx: tuple[str, str] | None = None):
+    """A scorer for evaluation: ``onnx`` (an export's folder and model file) runs it in ONNX Runtime
+    (:mod:`.onnx_backend`). A checkpoint without a scoring head (``minilm_ce``: the untrained row) gets
     a fresh one, drawn under a fixed seed and without touching the process's random state, so its scores
-    do not depend on what else ran in the process before it."""
+    do not depend on what else ran in the process before it (the export holds that head)."""
+    if onnx is not None:
+        from .onnx_backend import OnnxPairScorer
+
+        return OnnxPairScorer(spec, *onnx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)

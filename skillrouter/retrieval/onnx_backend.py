@@ -40,22 +40,38 @@ def export(model, out_path: Path) -> Path:
     return out_path
 
 
-def quantize(src: Path, dst: Path) -> Path:
+def quantize(src: Path, dst: Path, per_channel: bool = False) -> Path:
+    """Dynamic int8 quantisation of the linear layers' weights (``per_channel``: one scale per output channel)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
     return dst
+
+
+def threads() -> int:
+    """The cores this process may use: ``OMP_NUM_THREADS`` where set (a SLURM job's allocation, a test worker's
+    share), else the CPUs it is allowed to run on."""
+    return int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
+
+
+def session(onnx_path: str | Path):
+    """An ONNX Runtime session on the CPU with one thread per allowed core inside an operator and one operator at a
+    time (the graphs are chains: parallel operators would only contend for the same cores)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads()
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
 
 class OnnxEncoder:
     """The ``encode`` contract of a SentenceTransformer, run by ONNX Runtime on the CPU."""
 
     def __init__(self, onnx_path: str | Path, st_model):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or 0
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.session = session(onnx_path)
         self.st = st_model
         self.max_seq_length = st_model.max_seq_length
 

@@ -4,15 +4,19 @@
     python -m skillrouter.route install --task TEXT --k N --into DIR [--run RUN_DIR | OVERRIDES...]
 
 OVERRIDES are ``launch.py``'s (``encoder=trained reranker=trained topk=20``); the cell must be built (its stages in
-the cache). Logs go to stderr: with ``--transport stdio`` stdout carries the MCP protocol."""
+the cache). Logs go to stderr: with ``--transport stdio`` stdout carries the MCP protocol and nothing else — whatever a
+library prints while the server starts (transformers' W&B integration announces ``WANDB_MODE=offline`` on stdout, a
+Hydra plugin may print at import) goes to stderr, and while it serves the SDK keeps stdout for the protocol."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from .cell import Cell, CellNotBuilt, from_overrides, from_run_dir
 
@@ -49,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 def _cell(args: argparse.Namespace) -> Cell:
     if args.run and args.overrides:
         raise SystemExit("pass a run directory or overrides, not both")
-    return from_run_dir(args.run) if args.run else from_overrides(args.overrides)
+    folder = args.skills is not None  # a live folder is the pool: only the models' weights must be built
+    return from_run_dir(args.run, folder) if args.run else from_overrides(args.overrides, folder)
 
 
 def _announce(cell: Cell, loaded: dict, measured: dict | None) -> None:
@@ -65,17 +70,37 @@ def _announce(cell: Cell, loaded: dict, measured: dict | None) -> None:
     log.info("loaded: %s", json.dumps(loaded))
 
 
+@contextlib.contextmanager
+def stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Inside the block, file descriptor 1 (Python's prints and C libraries' writes alike) is stderr; stdout is
+    stdout again after it, for the protocol alone."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = _parser().parse_args(argv)
-    try:
-        cell = _cell(args)
-    except (CellNotBuilt, FileNotFoundError, ValueError) as exc:
-        print(f"route: {exc}", file=sys.stderr)
-        return 2
-    from .router import Router  # torch and the models: after the cheap checks
+    stdio = args.command == "serve" and args.transport == "stdio"
+    with stdout_to_stderr(stdio):
+        try:
+            cell = _cell(args)
+        except (CellNotBuilt, FileNotFoundError, ValueError) as exc:
+            print(f"route: {exc}", file=sys.stderr)
+            return 2
+        from .router import Router  # torch and the models: after the cheap checks
 
-    router = Router(cell, args.skills)
+        router = Router(cell, args.skills)
     if args.command == "install":
         from .install import install
 
@@ -91,19 +116,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace, cell: Cell, router) -> int:
-    from .batching import MicroBatcher
-    from .server import Limits, RouteServer
+    with stdout_to_stderr(args.transport == "stdio"):
+        from .batching import MicroBatcher
+        from .server import Limits, RouteServer
 
-    measured = cell.measured()
-    _announce(cell, router.describe(), measured)
-    if router.folder:
-        router.folder.watch(args.watch_seconds)
-    limits = Limits(max_tasks=args.max_tasks, max_task_chars=args.max_task_chars, max_k=router.depth)
-    server = RouteServer(router, MicroBatcher(router, args.batch_wait_ms, args.max_batch), limits, measured)
+        measured = cell.measured()
+        _announce(cell, router.describe(), measured)
+        if router.folder:
+            router.folder.watch(args.watch_seconds)
+        limits = Limits(max_tasks=args.max_tasks, max_task_chars=args.max_task_chars, max_k=router.depth)
+        server = RouteServer(router, MicroBatcher(router, args.batch_wait_ms, args.max_batch), limits, measured)
     if args.transport == "stdio":
         import anyio
 
-        anyio.run(server.mcp.run_stdio_async)
+        anyio.run(server.mcp.run_stdio_async)  # the SDK keeps fd 1 for the protocol while it serves
         return 0
     import uvicorn
 

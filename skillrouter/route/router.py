@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,17 @@ from ..agents.skill_sets import skill_md
 from ..fields import TextSpec
 from ..rankings import Ranking
 from ..rerank.reorder import rerank_top_k
-from ..rerank.spec import RerankerSpec
 from ..retrieval.dense import encode
 from ..retrieval.index import exact_top_k
 from ..stages.data import read_descriptions
 from ..stages.graph import BuildContext
+from ..stages.reranking import pair_scorer
 from ..stages.retrieval import encoder_model, ranked, skill_renderer
 from .cell import Cell
 from .index import EmbeddingStore, FolderIndex, Snapshot, store_folder
 
 log = logging.getLogger(__name__)
+ANSWERS = 4096  # the answers a server keeps for tasks asked again (per index snapshot)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Router:
         self.query_text = TextSpec.from_dict(cell.retrieve.params["query_text"])
         self.depth = int(cell.retrieve.params["k"])
         self.lock = threading.Lock()  # one model call at a time (the folder watcher embeds with the same encoder)
+        self.answers: OrderedDict[tuple[int, str], list[Hit]] = OrderedDict()  # (snapshot version, task) -> hits
+        self.cache_hits = 0
         self.scorer, self.topk = None, 0
         if cell.scores is not None:
             self._load_reranker(BuildContext(cell.scores, cell.cache, Path("."), progress=False))
@@ -73,10 +77,7 @@ class Router:
                                       int(cell.cfg.data.max_field_chars))
 
     def _load_reranker(self, ctx: BuildContext) -> None:
-        from ..rerank.scorers import make_scorer  # torch
-
-        spec = RerankerSpec(**ctx.stage.options["spec"])
-        self.scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
+        self.scorer, _ = pair_scorer(ctx)  # as score_pairs loads it: fine-tuned weights, ONNX Runtime export
         self.topk = int(self.cell.cfg.topk)
         self.rr_query = TextSpec.from_dict(ctx.params["query_text"])
         self.rr_skill = skill_renderer(ctx.params)
@@ -101,21 +102,36 @@ class Router:
                           self.spec.max_tokens)
 
     def route(self, tasks: list[str], k: int) -> list[list[Hit]]:
-        """The top ``k`` (at most ``retrieve_k``) of the current snapshot for each task."""
+        """The top ``k`` (at most ``retrieve_k``) of the current snapshot for each task. A task asked again of the
+        same snapshot is answered from a bounded cache (an index update is a new snapshot, so it never serves a stale
+        answer); the others go through the models together."""
         snap = self.snapshot
         if not tasks or not snap.ids:
             return [[] for _ in tasks]
         with self.lock:
-            q = encode(self.encoder, [self.query_text.query(t) for t in tasks], self.spec.batch_size, False,
-                       self.spec.max_tokens)
-            idx, scores = exact_top_k(snap.embeddings, q, self.depth)
-            first = ranked(snap.ids, idx, scores, [str(n) for n in range(len(tasks))])
-            final = self._rerank(tasks, first, snap) if self.scorer is not None else first
+            fresh = [t for t in dict.fromkeys(tasks) if (snap.version, t) not in self.answers]
+            for task, hits in zip(fresh, self._route(fresh, snap) if fresh else []):
+                self.answers[(snap.version, task)] = hits
+            self.cache_hits += len(tasks) - len(fresh)
+            out = []
+            for task in tasks:
+                self.answers.move_to_end((snap.version, task))
+                out.append(self.answers[(snap.version, task)][:k])
+            while len(self.answers) > ANSWERS:
+                self.answers.popitem(last=False)
+        return out
+
+    def _route(self, tasks: list[str], snap: Snapshot) -> list[list[Hit]]:
+        """Every task's ranking (``retrieve_k`` deep): one encoder call, one reranker call over all their pairs."""
+        q = encode(self.encoder, [self.query_text.query(t) for t in tasks], self.spec.batch_size, False, self.spec.max_tokens)
+        idx, scores = exact_top_k(snap.embeddings, q, self.depth)
+        first = ranked(snap.ids, idx, scores, [str(n) for n in range(len(tasks))])
+        final = self._rerank(tasks, first, snap) if self.scorer is not None else first
         out = []
         for r0, r in zip(first, final):
             rank = {i: n + 1 for n, i in enumerate(r0.ids)}
             out.append([Hit(i, snap.skills[i].name, snap.skills[i].description, round(s, 6), rank[i])
-                        for i, s in zip(r.ids[:k], r.scores[:k])])
+                        for i, s in zip(r.ids, r.scores)])
         return out
 
     def _rerank(self, tasks: list[str], first: list[Ranking], snap: Snapshot) -> list[Ranking]:
@@ -144,7 +160,8 @@ class Router:
                 "reranker_weights": _weights(cell.scores) if cell.scores is not None else None,
                 "topk": self.topk, "retrieve_k": self.depth, "skills": len(self.snapshot.ids),
                 "pool": str(self.folder.root) if self.folder else f"embed_pool {cell.retrieve.inputs['pool'].key} (cached)",
-                "embedded": self.folder.embedded if self.folder else 0,
+                "embedded": self.folder.embedded if self.folder else 0, "answers_cached": len(self.answers),
+                "cache_hits": self.cache_hits,
                 "skipped": dict(self.folder.errors) if self.folder else {}}
 
 

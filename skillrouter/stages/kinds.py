@@ -23,6 +23,7 @@ KINDS: dict[str, Kind] = {
     "embed_pool": Kind(("encoder", "fields", "caps"), "a dense encoder"),
     "embed_shard": Kind(("encoder", "fields", "caps", "embed.shards"), "embed.shards > 1"),
     "export_onnx": Kind(("encoder.backend",), "encoder.backend=onnx|onnx-int8"),
+    "export_reranker": Kind(("reranker",), "reranker.backend=onnx|onnx-int8"),
     "retrieve": Kind(("encoder", "fields", "caps", "retrieve_k"), "every cell"),
     "mine_negatives": Kind(("encoder.negatives", "fn_filter", "seed"), "encoder=trained*"),
     "train_encoder": Kind(("encoder", "fields", "caps", "seed"), "encoder=trained*"),

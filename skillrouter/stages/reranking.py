@@ -32,6 +32,7 @@ from .retrieval import skill_renderer, skill_text
 
 SCORES = "scores.jsonl"
 SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
+ONNX_BACKENDS = ("onnx", "onnx-int8")
 
 
 def _texts(ctx: BuildContext, ids: set[str]) -> dict[str, str]:
@@ -62,13 +63,19 @@ def _reorder(ctx: BuildContext, rankings: list[Ranking], k: int, score: Callable
     return len(ordered)
 
 
-def _build_scores(ctx: BuildContext) -> dict[str, Any]:
-    depth = ctx.params["depth"]
-    rankings, qtexts, texts = _heads(ctx, depth)
+def pair_scorer(ctx: BuildContext) -> tuple[Any, RerankerSpec]:
+    """The stage's reranker: fine-tuned (``model`` input) or not, in ONNX Runtime (``onnx`` input) or torch."""
     from ..rerank.scorers import make_scorer  # torch: in the job that scores, not in every job that plans
 
     spec = RerankerSpec(**ctx.stage.options["spec"])
-    scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
+    onnx = (str(ctx.input("onnx")), ctx.manifest("onnx")["file"]) if ctx.has("onnx") else None
+    return make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx), spec
+
+
+def _build_scores(ctx: BuildContext) -> dict[str, Any]:
+    depth = ctx.params["depth"]
+    rankings, qtexts, texts = _heads(ctx, depth)
+    scorer, spec = pair_scorer(ctx)
     kept: list[tuple[int, int, int, int]] = []
     with progress(len(rankings), f"score top-{depth} pairs", "queries", ctx.progress) as bar, \
             open(ctx.out / SCORES, "w", encoding="utf-8") as fh:
@@ -97,16 +104,44 @@ def truncation_summary(kept: list[tuple[int, int, int, int]], spec: RerankerSpec
             "skills_cut": round(sum(k[3] < k[2] for k in kept) / len(kept), 4)}
 
 
+def _identity(spec: RerankerSpec) -> dict[str, Any]:
+    return {k: v for k, v in spec_dict(spec).items() if k != "batch_size"}
+
+
 def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, query_text: TextSpec, retrieval: Stage,
-                data: Stage, model: Stage | None = None, oracle: FileRef | None = None) -> Stage:
-    """A pointwise reranker's score of each query's first ``depth`` retrieved candidates."""
+                data: Stage, model: Stage | None = None, oracle: FileRef | None = None, onnx: Stage | None = None) -> Stage:
+    """A pointwise reranker's score of each query's first ``depth`` retrieved candidates (``onnx``: its
+    :func:`export_reranker`, run by ONNX Runtime)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    identity = {k: v for k, v in spec_dict(spec).items() if k != "batch_size"}
-    params = {"reranker": {"trained": trained, **identity}, "depth": depth, "text": skill_text(text),
+    backend = {"backend": onnx.params["backend"]} if onnx else {}  # torch keeps the key it always had
+    params = {"reranker": {"trained": trained, **_identity(spec), **backend}, "depth": depth, "text": skill_text(text),
               "query_text": spec_dict(query_text), "files": names}
-    return Stage("score_pairs", _build_scores, params,
-                 inputs={"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **refs}, files=files, resource="gpu", options={"spec": spec_dict(spec), "paths": paths},
-                 items=Items("data", "n_queries", "depth"), code=(SCORERS,))
+    inputs = {"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **({"onnx": onnx} if onnx else {})}
+    return Stage("score_pairs", _build_scores, params, inputs={**inputs, **refs}, files=files, resource="gpu",
+                 options={"spec": spec_dict(spec), "paths": paths}, items=Items("data", "n_queries", "depth"),
+                 code=(SCORERS,))
+
+
+def _build_export(ctx: BuildContext) -> dict[str, Any]:
+    from ..rerank.onnx_backend import export
+    from ..rerank.scorers import make_scorer
+
+    spec = RerankerSpec(**ctx.stage.options["spec"])
+    scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None)
+    return {"file": export(scorer, ctx.out, int8=ctx.params["backend"] == "onnx-int8")}
+
+
+def export_reranker(spec: RerankerSpec, backend: str, model: Stage | None = None) -> Stage:
+    """A sequence-classification cross-encoder's ONNX Runtime export (``reranker.backend=onnx|onnx-int8``), with its
+    tokenizer, made once per weights (a fine-tuned reranker's from its ``model`` input)."""
+    if backend not in ONNX_BACKENDS:
+        raise ValueError(f"reranker.backend must be torch or one of {', '.join(ONNX_BACKENDS)}, got {backend!r}")
+    if spec.head != "seq_cls":
+        raise ValueError(f"reranker.backend={backend} runs sequence-classification cross-encoders; this reranker's head is "
+                         f"{spec.head!r} (Qwen3's yes/no rerankers run in torch: reranker.backend=torch)")
+    return Stage("export_reranker", _build_export, {"reranker": _identity(spec), "backend": backend},
+                 inputs={"model": model} if model else {}, resource="cpu", options={"spec": spec_dict(spec)},
+                 code=("skillrouter.rerank.onnx_backend", SCORERS))
 
 
 def read_scores(entry: Path) -> dict[str, dict[str, float]]:
