@@ -34,7 +34,7 @@ from skillrouter.stages.retrieval import train_queries  # noqa: E402
 from skillrouter.train.encoder import _rows  # noqa: E402
 from skillrouter.train.fn_filter import FalseNegativeFilter  # noqa: E402
 from skillrouter.train.negatives import NegativeCounts, mine_negatives  # noqa: E402
-from skillrouter.train.pairs import TrainExample  # noqa: E402
+from skillrouter.data.pairs import TrainExample  # noqa: E402
 from skillrouter.train.reranker import build_lists  # noqa: E402
 
 

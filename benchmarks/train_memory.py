@@ -52,7 +52,7 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out:
     from skillrouter.rerank.spec import RerankerSpec
     from skillrouter.train.config import EncoderLoss, TrainConfig
     from skillrouter.train.encoder import train_encoder
-    from skillrouter.train.pairs import TrainExample
+    from skillrouter.data.pairs import TrainExample
     from skillrouter.train.reranker import CandidateList, train_reranker
 
     skills, source = _skills(max(batch * (2 + NEGATIVES), 400))  # negatives drawn from a pool big enough to rarely repeat

@@ -19,7 +19,7 @@ from skillrouter import events
 from skillrouter.train import data_parallel
 from skillrouter.train.config import EncoderLoss, TrainConfig
 from skillrouter.train.encoder import train_encoder_losses
-from skillrouter.train.pairs import TrainExample
+from skillrouter.data.pairs import TrainExample
 from skillrouter.train.reranker import build_lists, train_reranker_losses
 
 TEXTS = dict(zip("abcdefgh", ["csv cleaner | drop duplicate rows", "image resizer | thumbnails", "audio cutter | trim silence",

@@ -14,7 +14,7 @@ from skillrouter.train.config import EncoderLoss, TrainConfig
 from skillrouter.train.encoder import _embed, train_encoder
 from skillrouter.train.grad_cache import cached_backward
 from skillrouter.train.losses import InfoNCELoss, MultiPositiveInfoNCELoss
-from skillrouter.train.pairs import TrainExample
+from skillrouter.data.pairs import TrainExample
 from skillrouter.train.reranker import build_lists, list_batch, make_loss, train_reranker
 
 QUERIES = ["remove duplicate rows", "make thumbnails", "make thumbnails", "cut the podcast silence"]

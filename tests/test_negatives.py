@@ -2,7 +2,7 @@
 from skillrouter.data.types import Skill
 from skillrouter.train.fn_filter import FalseNegativeFilter
 from skillrouter.train.negatives import NegativeCounts, mine_negatives
-from skillrouter.train.pairs import TrainExample
+from skillrouter.data.pairs import TrainExample
 
 SKILLS = [Skill(f"{cat}{i}", f"{cat}-{i}", "", f"body {cat} {i} words here", category=cat)
           for cat in ("a", "b", "c") for i in range(6)]

@@ -30,7 +30,7 @@ from skillrouter.retrieval.index import exact_top_k
 from skillrouter.stages.retrieval import train_queries
 from skillrouter.train.config import EncoderLoss, TrainConfig
 from skillrouter.train.encoder import train_encoder
-from skillrouter.train.pairs import load_pairs
+from skillrouter.data.pairs import load_pairs
 from skillrouter.train.reranker import build_lists, train_reranker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -335,7 +335,7 @@ def test_the_kept_token_count_is_what_the_tokenizer_keeps():
 def test_negatives_from_other_queries_positives_carry_no_skill_identity():
     """``negatives=positives``: a list's negatives are other training queries' positives (hardest first, then the
     rest in a seeded order), so every skill a list shows is a positive somewhere; ``candidates`` keeps the papers' lists."""
-    from skillrouter.train.pairs import TrainExample
+    from skillrouter.data.pairs import TrainExample
 
     examples = [TrainExample("q1", ("a",)), TrainExample("q2", ("b",)), TrainExample("q3", ("c",))]
     retrieved = [["x", "b", "y", "c"], ["a", "x", "c"], ["y", "x", "z"]]  # x, y, z: never anyone's positive

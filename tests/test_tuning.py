@@ -20,7 +20,7 @@ from skillrouter.data.dev_split import carve, given
 from skillrouter.data.types import DataError, Query
 from skillrouter.report.tuning import tuning_table
 from skillrouter.tracking.offline import offline_runs, table
-from skillrouter.train.pairs import TrainExample
+from skillrouter.data.pairs import TrainExample
 from skillrouter.tuning.study import StudyRefused, check
 
 from .conftest import ROOT, write_jsonl

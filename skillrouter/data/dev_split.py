@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..train.pairs import TrainExample
+from .pairs import TrainExample
 from .types import DataError, Query
 
 

@@ -12,8 +12,8 @@ from ..data.dataset import load_source, source_files
 from ..data.jsonl import atomic_write_jsonl, read_jsonl
 from ..data.loaders import ErrorPolicy, check_ground_truth, load_queries
 from ..data.types import Dataset, LoadReport
-from ..train import pairs as pairs_module
-from ..train.pairs import TrainExample, load_pairs
+from ..data import pairs as pairs_module
+from ..data.pairs import TrainExample, load_pairs
 from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inputs
 
 LOAD_PARAMS = ("source", "pool_format", "queries_format", "on_error", "max_field_chars")

@@ -17,7 +17,7 @@ from ..retrieval import bm25 as bm25_module, dense as dense_module, index as ind
 from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
-from ..train.pairs import TrainExample
+from ..data.pairs import TrainExample
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 

@@ -18,7 +18,7 @@ from ..train import fn_filter as fn_filter_module, negatives as negatives_module
 from ..train.config import EncoderLoss, TrainConfig
 from ..train.fn_filter import FalseNegativeFilter
 from ..train.negatives import NegativeCounts, mine_negatives
-from ..train.pairs import TrainExample
+from ..data.pairs import TrainExample
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 from .reranking import SCORERS

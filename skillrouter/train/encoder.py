@@ -15,7 +15,7 @@ from .grad_cache import cached, cached_backward
 from .config import EncoderLoss, TrainConfig
 from .loop import set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
-from .pairs import TrainExample
+from ..data.pairs import TrainExample
 
 
 @dataclass(frozen=True)

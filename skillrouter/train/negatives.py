@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..data.types import Skill
 from .fn_filter import FalseNegativeFilter
-from .pairs import TrainExample
+from ..data.pairs import TrainExample
 
 SOURCES = ("semantic", "lexical", "category", "random")
 

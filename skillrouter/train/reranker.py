@@ -32,7 +32,7 @@ from .grad_cache import cached, cached_backward
 from .config import TrainConfig
 from .loop import set_seed, train
 from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
-from .pairs import TrainExample
+from ..data.pairs import TrainExample
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..data.jsonl import read_jsonl
-from ..data.loaders import ErrorPolicy, id_list, str_field
-from ..data.types import DataError
+from .jsonl import read_jsonl
+from .loaders import ErrorPolicy, id_list, str_field
+from .types import DataError
 
 
 @dataclass(frozen=True)
