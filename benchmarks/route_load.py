@@ -1,11 +1,13 @@
 """The served router under load: ``route serve --transport http`` in a subprocess, driven over HTTP at several
 concurrencies (p50 / p95 / p99 latency per request, requests/s), once micro-batched (the default) and once
 unbatched (``--max-batch 1 --batch-wait-ms 0``), next to the same pipeline called in-process one task at a time,
-in one run. Goals of the issue on a 2-core CPU (MiniLM + the MiniLM cross-encoder at top-20, the 13.6K real pool):
-requests/s at concurrency 8 at least 2x the unbatched server's; p50 at concurrency 1 no worse than the 902 ms of
-``benchmarks/serving_latency.py``'s online path.
+for each reranker backend (``reranker.backend``: torch, the reference, then bf16, ONNX fp32 and int8), in one run.
+Goals on a 2-core CPU (MiniLM + the MiniLM cross-encoder at top-20, the 13.6K real pool): served p50 at one client
+at most 300 ms and at least 3 requests/s at 8 clients; the ratios to the torch pipeline are reported. Every request
+carries a task of its own (a task asked again is answered from the server's cache and would measure nothing).
 
-    python benchmarks/route_load.py [--requests 48] [--concurrency 1 8 32] [--name NAME] [OVERRIDE ...]
+    python benchmarks/route_load.py [--requests 24] [--concurrency 1 8] [--backends torch bf16 onnx onnx-int8]
+                                    [--name NAME] [OVERRIDE ...]
 
 The cell is built first through launch.py (cached): the 13.6K skills of ../shared/data as the pool (the built-in
 pool when absent), 100 of their descriptions as tasks (each labelled with its own skill). Tasks sent: the pool's
@@ -53,24 +55,29 @@ def build_cell(overrides: list[str]) -> tuple[Path, list[str], int]:
     queries = WORK / "queries.jsonl"
     queries.write_text("".join(json.dumps({"id": f"q{i:03d}", "query": s.description or s.name, "gt": [s.id]}) + "\n"
                                for i, s in enumerate(chosen)))
-    run = WORK / "run"
+    run = WORK / ("run-" + "-".join(o.split("=", 1)[1] for o in overrides if o.startswith("reranker.backend=")))
     subprocess.run([sys.executable, str(ROOT / "launch.py"), "data=jsonl", f"data.pool={pool}", f"data.queries={queries}",
                     f"hydra.run.dir={run}", f"cache_dir={ROOT / '.cache' / 'skillrouter'}", "progress=false", *overrides],
                    cwd=ROOT, check=True)
     return run, [s.description or s.name for s in chosen], len(skills)
 
 
-def in_process(run: Path, tasks: list[str]) -> dict[str, float]:
+def asked(tasks: list[str], i: int) -> str:
+    """The ``i``-th task sent: the tasks round robin, each time worded apart so no answer comes from the cache."""
+    return f"{tasks[i % len(tasks)]} (request {i})"
+
+
+def in_process(run: Path, tasks: list[str], n: int) -> dict[str, float]:
     """The pipeline called directly, one task at a time (what a script embedding the router would see)."""
     from skillrouter.route.cell import from_run_dir
     from skillrouter.route.router import Router
 
     router = Router(from_run_dir(run))
-    router.route(tasks[:2], 10)  # warm-up
+    router.route([asked(tasks, -1), asked(tasks, -2)], 10)  # warm-up
     times = []
-    for task in tasks:
+    for i in range(n):
         t0 = time.perf_counter()
-        router.route([task], 10)
+        router.route([asked(tasks, i)], 10)
         times.append(1000 * (time.perf_counter() - t0))
     return percentiles(times)
 
@@ -104,15 +111,16 @@ class Served:
 async def _load(url: str, tasks: list[str], concurrency: int, requests: int, calls: Callable[[], int]) -> dict[str, float]:
     latencies: list[float] = []
     gate = asyncio.Semaphore(concurrency)
+    offset = 1000 * concurrency  # each level's own tasks
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as client:
         async def one(i: int) -> None:
             async with gate:
                 t0 = time.perf_counter()
-                reply = await client.post(f"{url}/route", json={"task": tasks[i % len(tasks)], "k": 10})
+                reply = await client.post(f"{url}/route", json={"task": asked(tasks, offset + i), "k": 10})
                 reply.raise_for_status()
                 latencies.append(1000 * (time.perf_counter() - t0))
 
-        await asyncio.gather(*(one(i) for i in range(concurrency)))  # warm-up: one round
+        await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))  # warm-up: one round
         latencies.clear()
         before = calls()
         t0 = time.perf_counter()
@@ -125,33 +133,47 @@ async def _load(url: str, tasks: list[str], concurrency: int, requests: int, cal
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", default=[])
-    parser.add_argument("--requests", type=int, default=48, help="requests per concurrency level (after a warm-up round)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=24, help="requests per concurrency level (after a warm-up round)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--backends", nargs="+", default=["torch", "bf16", "onnx", "onnx-int8"],
+                        help="reranker backends, the first the reference")
     parser.add_argument("--name", default="")
     args = parser.parse_args()
-    overrides = ["encoder=minilm", "reranker=minilm_ce", "topk=20", *args.overrides]
-    run, tasks, pool_size = build_cell(overrides)
     import torch
 
-    metrics = json.loads((run / "metrics.json").read_text())
-    choices, embedded = metrics["choices"], metrics["stages"]["embed_pool"]
-    figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(),
-                     "pool_skills": pool_size, "encoder": choices["encoder"], "reranker": choices["reranker"],
-                     "topk": int(choices["topk"]), "k": 10,
-                     "pool_embedding_s": embedded["seconds"] if not embedded["cached"] else "cached (built by an earlier run)",
-                     "in_process_unbatched_ms": in_process(run, tasks)}
-    for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
-        server = Served(run, *extra)
-        try:
-            for c in args.concurrency:
-                result = asyncio.run(_load(server.url, tasks, c, args.requests, server.batches))
-                figures[f"{mode} / concurrency {c}"] = result
-                print(mode, c, result, flush=True)
-        finally:
-            server.stop()
-    for c in args.concurrency:
-        gain = figures[f"batched / concurrency {c}"]["requests_per_s"] / figures[f"unbatched / concurrency {c}"]["requests_per_s"]
-        figures[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
+    figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(), "k": 10}
+    for backend in args.backends:
+        overrides = ["encoder=minilm", "reranker=minilm_ce", "topk=20", *args.overrides, f"reranker.backend={backend}"]
+        run, tasks, pool_size = build_cell(overrides)
+        metrics = json.loads((run / "metrics.json").read_text())
+        choices, embedded = metrics["choices"], metrics["stages"]["embed_pool"]
+        figures.update(pool_skills=pool_size, encoder=choices["encoder"], reranker=choices["reranker"],
+                       topk=int(choices["topk"]))
+        figures.setdefault("pool_embedding_s", embedded["seconds"] if not embedded["cached"] else "cached (an earlier run)")
+        row: dict = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
+        for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
+            server = Served(run, *extra)
+            try:
+                for c in args.concurrency:
+                    result = asyncio.run(_load(server.url, tasks, c, args.requests, server.batches))
+                    row[f"{mode} / concurrency {c}"] = result
+                    print(backend, mode, c, result, flush=True)
+            finally:
+                server.stop()
+        for c in args.concurrency:
+            gain = row[f"batched / concurrency {c}"]["requests_per_s"] / row[f"unbatched / concurrency {c}"]["requests_per_s"]
+            row[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
+        figures[f"backend {backend}"] = row
+    reference = figures[f"backend {args.backends[0]}"]
+    low, high = min(args.concurrency), max(args.concurrency)
+    for backend in args.backends:
+        row = figures[f"backend {backend}"]
+        p50, rate = row[f"batched / concurrency {low}"]["p50"], row[f"batched / concurrency {high}"]["requests_per_s"]
+        figures[f"goals / {backend}"] = {
+            f"served p50 at concurrency {low} (ms)": p50, f"<= 300 ms": p50 <= 300,
+            f"requests/s at concurrency {high}": rate, ">= 3 requests/s": rate >= 3,
+            f"p50 ratio to {args.backends[0]} (x faster)": round(reference[f"batched / concurrency {low}"]["p50"] / p50, 2),
+            f"requests/s ratio to {args.backends[0]} (x)": round(rate / reference[f"batched / concurrency {high}"]["requests_per_s"], 2)}
     name = "route_load" + (f"_{args.name}" if args.name else "")
     write_figures(name, figures, "python benchmarks/route_load.py " + " ".join(sys.argv[1:]))
 

@@ -135,10 +135,12 @@ def _record(s: _Sibling, rng: random.Random, source: str = "builtin") -> dict[st
 
 
 def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_domain: int = 3,
-             siblings: int = 4, eval_siblings: int = 2, n_multi: int = 12, train_techs: int = 1) -> dict[str, Path]:
+             siblings: int = 4, eval_siblings: int = 2, n_multi: int = 12, train_techs: int = 1,
+             train_templates: int = len(TRAIN_TEMPLATES)) -> dict[str, Path]:
     """Write pool/queries/distractors/oracle_nd/train_pairs JSONL files under ``out_dir``: ``techs_per_domain``
     evaluated families per domain (their first ``eval_siblings`` siblings queried) and ``train_techs`` training
-    families per domain (every sibling a training positive, none ever a query's label or in its family)."""
+    families per domain (every sibling a training positive in ``train_templates`` wordings, none ever a query's
+    label or in its family)."""
     if not 0 < eval_siblings <= siblings or siblings + eval_siblings > len(SUFFIXES):
         raise ValueError(f"need 0 < eval_siblings <= siblings and siblings + eval_siblings <= {len(SUFFIXES)}")
     if techs_per_domain + train_techs > min(len(t) for t, _ in DOMAINS.values()):
@@ -167,7 +169,7 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
     for fam in training_families:
         for s in fam:
             others = [o.id for o in fam if o.id != s.id]
-            for template in TRAIN_TEMPLATES:
+            for template in TRAIN_TEMPLATES[:train_templates]:
                 train.append({"query": s.phrase(template), "skill_id": s.id, "skip": [rng.choice(others)]})
     eval_skills = [s for fam in families for s in fam[:eval_siblings]]
     for _ in range(n_multi):

@@ -27,7 +27,8 @@ from ..agents.skill_sets import condition_label
 from ..stages.agents import agent_trials, skill_sets
 from ..stages.data import builtin_data, builtin_file, dev_split, load_data, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
-from ..stages.reranking import export_reranker, fusion_weight, judge_rerank, rerank, score_pairs
+from ..stages.reranking import (BACKENDS, ONNX_BACKENDS, export_reranker, fusion_weight, judge_rerank, rerank,
+                                score_pairs)
 from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_dense
 from ..stages.synthesis import output, synthesis
 from ..stages.training import encoder_training, mine, reranker_training
@@ -317,17 +318,20 @@ class CellComposer:
                 base, self.pairs(), candidates, self.oracle()))
         spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
         backend = str(rr.get("backend") or "torch")
-        onnx = self.record("export_reranker", export_reranker(spec, backend, model)) if backend != "torch" else None
-        identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle(), onnx).key
+        if backend not in BACKENDS:
+            raise ValueError(f"reranker.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        onnx = self.record("export_reranker", export_reranker(spec, backend, model)) if backend in ONNX_BACKENDS else None
+        run = (onnx, backend)
+        identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle(), *run).key
         self.pair_groups[identity] = cfg.topk
         depth = max(self.depths.get(identity, cfg.topk), cfg.topk)
         scores = self.record("score_pairs", score_pairs(spec, trained, depth, text, text, retrieval, dataset, model,
-                                                        self.oracle(), onnx))
-        weight = self._fusion_weight(spec, trained, text, model, onnx) if fusion_on_dev(cfg) else None
+                                                        self.oracle(), *run))
+        weight = self._fusion_weight(spec, trained, text, model, run) if fusion_on_dev(cfg) else None
         return self.record("rerank", rerank(cfg.topk, scores, retrieval, fusion, weight))
 
     def _fusion_weight(self, spec: RerankerSpec, trained: bool, text: TextSpec, model: Stage | None,
-                       onnx: Stage | None) -> Stage:
+                       run: tuple[Stage | None, str]) -> Stage:
         """``fusion.alpha=dev``: the dev split's queries retrieved by the cell's first stage and their heads scored
         by its reranker, and the weight chosen on them."""
         cfg, dev = self.cfg, self.pairs()
@@ -335,7 +339,7 @@ class CellComposer:
         retrieval = self.record("retrieve_dev", self._retrieval(enc, dev, "all", "benchmark", cfg.retrieve_k,
                                                                 "embed_pool_dev", enc_model))
         scores = self.record("score_pairs_dev", score_pairs(spec, trained, cfg.topk, text, text, retrieval, dev, model,
-                                                            self.oracle(), onnx))
+                                                            self.oracle(), *run))
         return self.record("fusion_weight", fusion_weight(cfg.topk, str(cfg.objective), retrieval, scores, dev))
 
     # -- downstream --------------------------------------------------------------------------------

@@ -233,7 +233,7 @@ class Estimator:
         """Seconds, and how they were found (``history``, ``reference``) or why there are none."""
         work = self.items(stage)
         if work is None:
-            return None, "its inputs' sizes unknown before they are built"
+            return None, "of unknown size until their inputs are built"
         history = self._history(stage)
         rates = history.get(_models(stage.params)) or [r for rs in history.values() for r in rs]
         if rates:

@@ -180,13 +180,16 @@ class PairScorer(nn.Module):
         logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]  # the LM head at the last position only
         return logits[:, self.yes_id] - logits[:, self.no_id]
 
+    bf16 = False  # score in bfloat16 autocast (``reranker.backend=bf16``): fast where the CPU has AMX or AVX-512 BF16
+
     @torch.no_grad()
     def score(self, queries: list[str], docs: list[str]) -> list[float]:
         self.eval()
         out: list[float] = []
         bs = self.spec.batch_size
-        for i in range(0, len(queries), bs):
-            out += self(queries[i: i + bs], docs[i: i + bs]).float().cpu().tolist()
+        with torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            for i in range(0, len(queries), bs):
+                out += self(queries[i: i + bs], docs[i: i + bs]).float().cpu().tolist()
         return out
 
     def save(self, out_dir: Path) -> None:
@@ -226,15 +229,19 @@ class CrossEncoderScorer:
         return [float(s) for s in scores]
 
 
-def make_scorer(spec: RerankerSpec, model_path: str | None = None, onnx: tuple[str, str] | None = None):
+def make_scorer(spec: RerankerSpec, model_path: str | None = None, onnx: tuple[str, str] | None = None,
+                bf16: bool = False):
     """A scorer for evaluation: ``onnx`` (an export's folder and model file) runs it in ONNX Runtime
-    (:mod:`.onnx_backend`). A checkpoint without a scoring head (``minilm_ce``: the untrained row) gets
-    a fresh one, drawn under a fixed seed and without touching the process's random state, so its scores
-    do not depend on what else ran in the process before it (the export holds that head)."""
+    (:mod:`.onnx_backend`), ``bf16`` in bfloat16 autocast. A checkpoint without a scoring head (``minilm_ce``: the
+    untrained row) gets a fresh one, drawn under a fixed seed and without touching the process's random state, so its
+    scores do not depend on what else ran in the process before it (the export holds that head)."""
     if onnx is not None:
         from .onnx_backend import OnnxPairScorer
 
         return OnnxPairScorer(spec, *onnx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)
+        scorer = CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)
+    if bf16 and isinstance(scorer, PairScorer):
+        scorer.bf16 = True
+    return scorer

@@ -40,11 +40,16 @@ def export(model, out_path: Path) -> Path:
     return out_path
 
 
-def quantize(src: Path, dst: Path, per_channel: bool = False) -> Path:
-    """Dynamic int8 quantisation of the linear layers' weights (``per_channel``: one scale per output channel)."""
+def quantize(src: Path, dst: Path, per_channel: bool = False, keep_float: str | None = None) -> Path:
+    """Dynamic int8 quantisation of the linear layers' weights (``per_channel``: one scale per output channel;
+    ``keep_float``: a regular expression of the node names left in float)."""
+    import re
+
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+    exclude = [n.name for n in onnx.load(str(src)).graph.node if keep_float and re.search(keep_float, n.name)]
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel, nodes_to_exclude=exclude)
     return dst
 
 

@@ -33,6 +33,7 @@ from .retrieval import skill_renderer, skill_text
 SCORES = "scores.jsonl"
 SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
 ONNX_BACKENDS = ("onnx", "onnx-int8")
+BACKENDS = ("torch", "bf16", *ONNX_BACKENDS)  # reranker.backend
 
 
 def _texts(ctx: BuildContext, ids: set[str]) -> dict[str, str]:
@@ -69,7 +70,9 @@ def pair_scorer(ctx: BuildContext) -> tuple[Any, RerankerSpec]:
 
     spec = RerankerSpec(**ctx.stage.options["spec"])
     onnx = (str(ctx.input("onnx")), ctx.manifest("onnx")["file"]) if ctx.has("onnx") else None
-    return make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx), spec
+    bf16 = ctx.params["reranker"].get("backend") == "bf16"
+    return make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx,
+                       bf16=bf16), spec
 
 
 def _build_scores(ctx: BuildContext) -> dict[str, Any]:
@@ -109,11 +112,12 @@ def _identity(spec: RerankerSpec) -> dict[str, Any]:
 
 
 def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, query_text: TextSpec, retrieval: Stage,
-                data: Stage, model: Stage | None = None, oracle: FileRef | None = None, onnx: Stage | None = None) -> Stage:
-    """A pointwise reranker's score of each query's first ``depth`` retrieved candidates (``onnx``: its
-    :func:`export_reranker`, run by ONNX Runtime)."""
+                data: Stage, model: Stage | None = None, oracle: FileRef | None = None, onnx: Stage | None = None,
+                backend: str = "torch") -> Stage:
+    """A pointwise reranker's score of each query's first ``depth`` retrieved candidates, in ``backend`` (``onnx``:
+    its :func:`export_reranker`, run by ONNX Runtime)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
-    backend = {"backend": onnx.params["backend"]} if onnx else {}  # torch keeps the key it always had
+    backend = {"backend": backend} if backend != "torch" else {}  # torch keeps the key it always had
     params = {"reranker": {"trained": trained, **_identity(spec), **backend}, "depth": depth, "text": skill_text(text),
               "query_text": spec_dict(query_text), "files": names}
     inputs = {"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **({"onnx": onnx} if onnx else {})}
