@@ -38,7 +38,7 @@ demo-agents: setup system-deps harbor
 test: setup system-deps
 	bash scripts/harbor_env.sh .venv-harbor || echo "make test: no Harbor environment; the agent-trial tests will skip" >&2
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=0 --durations-min=1.0
 
 bench: setup
 	$(BIN)/python benchmarks/load_pool.py

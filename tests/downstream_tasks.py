@@ -9,7 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
-BASE_IMAGE = "skillrouter/agent-base:bookworm"
+from skillrouter.agents.builtin_tasks import DOCKERFILE, TASK_TOML, write_scripts
+
 # (task id, query, GT skill (name, description, body words)); the decoys below share the hard query's words
 TASKS = [
     ("tally-ledger", "sum the invoice ledger columns and report the grand total",
@@ -40,26 +41,14 @@ def _skill(name: str, description: str, body: str, answers: str | None) -> dict:
 def write_task(root: Path, task: str, query: str, gt: dict, *, reads_skills: bool = False, solve_sleep: float = 0) -> None:
     d = root / task
     (d / "environment" / "skills" / gt["name"]).mkdir(parents=True)
-    (d / "solution").mkdir()
-    (d / "tests").mkdir()
     (d / "instruction.md").write_text(query + "\nWrite the answer token to /root/answer.txt.\n")
-    (d / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 60.0\n'
-                                 "[environment]\nbuild_timeout_sec = 120.0\ncpus = 1\nmemory_mb = 512\nstorage_mb = 1024\n")
-    (d / "environment" / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nWORKDIR /root\n# Claude Code\nCOPY skills /root/.claude/skills\n"
-        "# portable agents\nCOPY skills /root/.agents/skills\nSTOPSIGNAL SIGKILL\n")
+    (d / "task.toml").write_text(TASK_TOML)
+    (d / "environment" / "Dockerfile").write_text(DOCKERFILE)
     (d / "environment" / "skills" / gt["name"] / "SKILL.md").write_text(
         f"---\nname: {gt['name']}\ndescription: {gt['description']}\n---\n{gt['body']}")
-    (d / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\n" + (f"sleep {solve_sleep}\n" if solve_sleep else "") +
-        f"grep -rhoE 'answer-for {task}: tok[0-9]+' /root/.claude/skills | head -1 | sed 's/.*: //' > /root/answer.txt\n")
-    check = "ls /root/.claude/skills >/dev/null && " if reads_skills else ""
-    (d / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        f"if {check}[ \"$(cat /root/answer.txt 2>/dev/null)\" = \"{token(task)}\" ]; then echo 1 > /logs/verifier/reward.txt; "
-        "else echo 0 > /logs/verifier/reward.txt; fi\n")
-    for f in (d / "solution" / "solve.sh", d / "tests" / "test.sh"):
-        f.chmod(0o755)
+    write_scripts(d, (f"sleep {solve_sleep}\n" if solve_sleep else "")
+                  + f"grep -rhoE 'answer-for {task}: tok[0-9]+' /root/.claude/skills | head -1 | sed 's/.*: //' > /root/answer.txt\n",
+                  token(task), "ls /root/.claude/skills >/dev/null && " if reads_skills else "")
 
 
 def write_study(root: Path, *, with_reader: bool = True, solve_sleep: float = 0) -> dict[str, Path]:

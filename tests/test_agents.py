@@ -30,7 +30,7 @@ def study(tmp_path):
 
 def test_a_valid_task_reads_its_timeouts_destinations_and_a_fingerprint_without_its_skills(study):
     (task,) = read_tasks(study["tasks"], ["tally-ledger"])
-    assert task.timeouts == {"agent": 60.0, "verifier": 60.0, "build": 120.0}
+    assert task.timeouts == {"agent": 60.0, "verifier": 60.0, "build": 300.0}
     assert task.destinations == ["/root/.claude/skills", "/root/.agents/skills"]
     assert task.verifier_reads_skills is None
     before = task.fingerprint
@@ -151,3 +151,27 @@ def test_a_task_without_a_query_fails_its_cell_in_one_line(tmp_path, study):
     assert "task 'ghost-task': no query of the benchmark has this id" in metrics["error"]
     shutil.rmtree(study["tasks"] / "ghost-task")
     assert {t[0] for t in TASKS} <= {t.id for t in read_tasks(study["tasks"])}
+
+
+def test_the_builtin_task_tree_is_valid_and_only_its_gt_bodys_line_solves_each_task(tmp_path):
+    """One task per domain of the built-in benchmark (task id = query id); the line its solution looks for is in the
+    GT skill's body and in no other skill of the pool or of the Hard tier (siblings and twins say other operations or
+    objects); the verifier checks the GT's name."""
+    from skillrouter.agents.builtin_tasks import purpose, write_tasks
+    from skillrouter.data import builtin
+
+    ids = write_tasks(tmp_path / "tasks", n_tasks=8)
+    tasks = {t.id: t for t in read_tasks(tmp_path / "tasks")}
+    assert sorted(tasks) == sorted(ids) and len(ids) == 8
+    files = builtin.generate(tmp_path / "data")
+    records = [json.loads(line) for name in ("pool", "distractors") for line in files[name].read_text().splitlines()]
+    queries = {q["id"]: q for q in map(json.loads, files["queries"].read_text().splitlines())}
+    assert len({queries[i]["domain"] for i in ids}) == 8 and all(queries[i]["task_type"] == "single" for i in ids)
+    for task_id in ids:
+        gt = next(r for r in records if r["id"] == queries[task_id]["gt"][0])
+        line = purpose(gt["body"])
+        assert [r["id"] for r in records if line in r["body"].splitlines()] == [gt["id"]]
+        solve = (tmp_path / "tasks" / task_id / "solution" / "solve.sh").read_text()
+        assert line in solve and gt["name"] not in solve  # the name comes from the installed skill, not the script
+        assert gt["name"] in (tmp_path / "tasks" / task_id / "tests" / "test.sh").read_text()
+        assert tasks[task_id].destinations == ["/root/.claude/skills", "/root/.agents/skills"]

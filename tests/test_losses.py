@@ -71,3 +71,18 @@ def test_graded_listnet_by_hand():
     expected = -sum(math.exp(g) / zt * math.log(math.exp(s) / zs) for g, s in zip(grades, scores))
     got = GradedListNetLoss()(torch.tensor([scores]), torch.tensor([grades]))
     assert got.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_pointwise_with_positives_weighted_by_hand():
+    """pos_weight w scales the positives' term: -(w y log s(x) + (1 - y) log(1 - s(x))), averaged."""
+    got = PointwiseLoss(pos_weight=7.0)(torch.tensor([[2.0, -1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
+    expected = (7 * math.log(1 + math.exp(-2)) + math.log(1 + math.exp(-1)) + math.log(2)) / 3
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_balanced_pos_weight_is_the_lists_negatives_per_positive():
+    from skillrouter.train.reranker import CandidateList, pos_weight
+
+    lists = [CandidateList("q", ("a", "b", "c", "d"), (1.0, 0.0, 0.0, 0.0)), CandidateList("r", ("a", "b"), (1.0, 0.0))]
+    assert pos_weight({"name": "pointwise", "pos_weight": "balanced"}, lists) == pytest.approx(4 / 2)
+    assert pos_weight({"name": "pointwise", "pos_weight": 1}, lists) == 1.0

@@ -31,25 +31,29 @@ def purpose(body: str) -> str:
     return next(line.strip() for line in body.splitlines() if line.startswith("Use this skill to "))
 
 
+def write_scripts(task_dir: Path, solve: str, expected: str, check: str = "") -> None:
+    """A task's ``solution/solve.sh`` (``solve``: its body) and ``tests/test.sh``: reward 1 when ``/root/answer.txt``
+    holds ``expected`` (and the shell condition ``check``, if any, holds), else 0."""
+    for sub in ("solution", "tests"):
+        (task_dir / sub).mkdir(parents=True, exist_ok=True)
+    (task_dir / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve)
+    (task_dir / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        f"if {check}[ \"$(cat /root/answer.txt 2>/dev/null)\" = {shlex.quote(expected)} ]; then echo 1 > /logs/verifier/reward.txt; "
+        "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    for script in (task_dir / "solution" / "solve.sh", task_dir / "tests" / "test.sh"):
+        script.chmod(0o755)
+
+
 def write_task(root: Path, task_id: str, query: str, gt: dict) -> None:
     d = root / task_id
-    for sub in ("environment/skills", "solution", "tests"):
-        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "environment" / "skills").mkdir(parents=True, exist_ok=True)
     (d / "instruction.md").write_text(f"{query}\nWrite the name of the skill that does this to /root/answer.txt.\n")
     (d / "task.toml").write_text(TASK_TOML)
     (d / "environment" / "Dockerfile").write_text(DOCKERFILE)
     line = shlex.quote(purpose(gt["body"]))
-    (d / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\n"
-        f"f=$(grep -rlxF {line} /root/.claude/skills --include=SKILL.md | head -1)\n"
-        "[ -n \"$f\" ] && sed -n 's/^name: //p' \"$f\" | head -1 > /root/answer.txt\n"
-        "exit 0\n")
-    (d / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        f"if [ \"$(cat /root/answer.txt 2>/dev/null)\" = {shlex.quote(gt['name'])} ]; then echo 1 > /logs/verifier/reward.txt; "
-        "else echo 0 > /logs/verifier/reward.txt; fi\n")
-    for script in (d / "solution" / "solve.sh", d / "tests" / "test.sh"):
-        script.chmod(0o755)
+    write_scripts(d, f"f=$(grep -rlxF {line} /root/.claude/skills --include=SKILL.md | head -1)\n"
+                     "[ -n \"$f\" ] && sed -n 's/^name: //p' \"$f\" | head -1 > /root/answer.txt\nexit 0\n", gt["name"])
 
 
 def write_tasks(out: Path, n_tasks: int = 8, seed: int = 0) -> list[str]:
