@@ -351,18 +351,20 @@ def test_negatives_from_other_queries_positives_carry_no_skill_identity():
 
 @pytest.mark.slow
 def test_a_trained_reranker_beats_its_untrained_head_and_puts_no_trained_skill_first_for_its_identity(tmp_path):
-    """The built-in Hard tier (four domains): the class-balanced pointwise reranker ranks the GT first more often than
-    the untrained head does, and its top-1 picks are training positives no more often than the candidates are (with
-    negatives from the whole candidate list, unbalanced BCE, it learned the base rate and the positives' identity:
-    Hit@1 0.0, every top-1 a training positive)."""
+    """The built-in Hard tier (three domains, two wordings per training pair, top-10): the class-balanced pointwise
+    reranker ranks the GT first more often than the untrained head does, and its top-1 picks are training positives no
+    more often than the candidates are, within two standard errors (the shortcut put every top-1 on one). With today's
+    recipe before it (negatives from the whole candidate list, unbalanced BCE) the same grid measured Hit@1 0.067,
+    below the untrained head's 0.100."""
     sweep = tmp_path / "grid"
-    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "data.builtin.n_domains=4", "tier=hard",
-                           "reranker=trained,minilm_ce", "loss=pointwise", f"hydra.sweep.dir={sweep}",
-                           f"cache_dir={tmp_path / 'c'}", "progress=false"], cwd=ROOT, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"})
+    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "data.builtin.n_domains=3",
+                           "data.builtin.train_templates=2", "topk=10", "tier=hard", "reranker=trained,minilm_ce",
+                           "loss=pointwise", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'c'}", "progress=false"],
+                          cwd=ROOT, capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     trained, untrained = (json.loads((sweep / str(i) / "metrics.json").read_text()) for i in (0, 1))
     assert trained["metrics"]["hit@1"] > untrained["metrics"]["hit@1"], (trained["metrics"], untrained["metrics"])
     positives = trained["training_positives"]
-    assert positives["top1_share"] <= positives["candidate_share"], positives
+    share, n = positives["candidate_share"], positives["queries"]
+    assert positives["top1_share"] <= share + 2 * (share * (1 - share) / n) ** 0.5, positives
     assert "training_positives" not in untrained  # an untrained head trained on nothing

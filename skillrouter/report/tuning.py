@@ -37,7 +37,7 @@ def _split(split: dict[str, Any] | None) -> str:
         return "test (tuned on test)"
     dev = split.get("dev") or {}
     source = f"file {Path(dev['file']).name}" if dev.get("source") == "file" else \
-        f"{dev.get('share')} of training queries, seed {dev.get('seed')}"
+        f"{dev.get('share')} of training {'positive skills' if dev.get('unit', 'query') == 'skill' else 'queries'}, seed {dev.get('seed')}"
     return f"dev: {dev.get('n_queries')} queries ({source})"
 
 
