@@ -32,10 +32,13 @@ SWEEPS = [
 ]
 
 
-def run(step: str, command: list[str], seconds: dict[str, float]) -> None:
+def run(step: str, command: list[str], seconds: dict[str, float], failed: list[str]) -> None:
+    """One step, timed; a step that fails (a cell of a sweep failed) is named and the others still run: the report
+    lists failed runs, it never drops them."""
     print(f"== {step}: {' '.join(command)}", flush=True)
     t0 = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True)
+    if subprocess.run(command, cwd=ROOT).returncode != 0:
+        failed.append(step)
     seconds[step] = round(time.perf_counter() - t0, 1)
 
 
@@ -47,9 +50,10 @@ def agents_ready() -> bool:
 
 def main() -> None:
     seconds: dict[str, float] = {}
+    failed: list[str] = []
     t0 = time.perf_counter()
     if not (STAND_INS / "causal_lm").is_dir():
-        run("stand-ins", [PY, "-m", "skillrouter.models", "--out", str(STAND_INS)], seconds)
+        run("stand-ins", [PY, "-m", "skillrouter.models", "--out", str(STAND_INS)], seconds, failed)
     sweeps = list(SWEEPS)
     if CORE.is_dir():
         sweeps.append(("reproduce_skillrouter", [f"data.root={CORE}", f"encoder.model={STAND_INS / 'base'}",
@@ -57,18 +61,20 @@ def main() -> None:
     skipped = []
     if agents_ready():
         run("downstream tasks", [PY, "-m", "skillrouter.agents.builtin_tasks", "--out", str(ROOT / ".cache" / "builtin-tasks")],
-            seconds)
+            seconds, failed)
         sweeps.append(("downstream_demo", []))
     else:
         skipped.append("downstream_demo (no Docker engine or Harbor: `make demo-agents` sets them up)")
     for name, extra in sweeps:
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
-        run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra], seconds)
+        run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra], seconds, failed)
     roots = [str(MULTIRUN / name) for name, _ in sweeps]
-    run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *roots], seconds)
+    run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *roots], seconds, failed)
     total = round(time.perf_counter() - t0, 1)
     write_figures("report_demo", {"total_s": total, "total_min": round(total / 60, 1), "steps_s": seconds,
-                                  "skipped": skipped or ["none"]}, "make report-demo (python scripts/demo_reports.py)")
+                                  "failed": failed or ["none"], "skipped": skipped or ["none"]},
+                  "make report-demo (python scripts/demo_reports.py)")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
