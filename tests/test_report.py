@@ -27,7 +27,8 @@ BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "al
         "seed": "0", "tracking": "none"}
 
 
-def make_run(root: Path, name: str, hits: list[int], status: str = "completed", **choices) -> Path:
+def make_run(root: Path, name: str, hits: list[int], status: str = "completed", split: dict | None = None,
+             **choices) -> Path:
     run = root / name
     run.mkdir(parents=True)
     ch = {**BASE, **choices}
@@ -39,7 +40,8 @@ def make_run(root: Path, name: str, hits: list[int], status: str = "completed", 
                                  "single/hit@1", "single/r@10", "single/fc@10", "multi/hit@1", "multi/r@10", "multi/fc@10")}
     (run / "metrics.json").write_text(json.dumps({"choices": ch, "status": status, "metrics": metrics,
                                                   "counts": {"all": len(hits), "single": len(hits), "multi": 0},
-                                                  "recall_curve": [mean] * 50, "stages": {"evaluate": SCORED_BY}}))
+                                                  "recall_curve": [mean] * 50, "stages": {"evaluate": SCORED_BY},
+                                                  **({"split": split} if split else {})}))
     (run / "per_query.json").write_text(json.dumps({f"q{i}": {m: float(h) for m in metrics if "/" not in m}
                                                     for i, h in enumerate(hits)}))
     return run
@@ -394,6 +396,30 @@ def test_a_random_head_reranker_is_labelled_untrained_with_a_footnote(tmp_path):
                for n in table.notes)
     pipelines = build_table(next(t for t in TABLES if t.name == "pipeline_results"), runs, tmp_path)
     assert "trained + minilm_ce (untrained head)" in list(pipelines.values.index)
+
+
+def test_a_table_shows_its_own_sweeps_runs_with_dev_held_out_not_a_studys_or_another_sweeps(tmp_path):
+    """The showcase sweeps hold the dev split out of training (a fused row's weight is chosen on it): their test runs
+    are the table's. The same choices run by another sweep (other epochs) or by a study's held-out test cell (a tuned
+    learning rate) are neither shown in its place nor supersede it; the loss sweep's run of those choices is its own."""
+    root = tmp_path / "outputs" / "multirun"
+    held_out = {"scored": "test", "dev": {"source": "share", "share": 0.1, "seed": 0, "unit": "skill"}}
+    cell = {"encoder": "trained", "reranker": "trained", "tier": "easy"}
+    make_run(root / "pipeline_results", "0", [1] * 6 + [0] * 4, split=held_out, **cell)
+    make_run(root / "loss_ablation", "0", [1] * 5 + [0] * 5, split=held_out, **cell)
+    make_run(root / "field_attention", "0", [1] + [0] * 9, **cell)
+    (root / "tune_lr").mkdir()
+    (root / "tune_lr" / "study.db").touch()
+    make_run(root / "tune_lr" / "test" / "trial_0", "0", [0] * 10, split=held_out, **cell)
+    runs = collect([root], tmp_path)
+    assert not runs["superseded"].any() and runs.set_index("run")["study"].to_dict() == {
+        "outputs/multirun/field_attention/0": False, "outputs/multirun/loss_ablation/0": False,
+        "outputs/multirun/pipeline_results/0": False, "outputs/multirun/tune_lr/test/trial_0/0": True}
+    pipeline = build_table(SPECS["pipeline_results"], runs, tmp_path)
+    assert pipeline.values.loc["trained + trained[listwise]", ("easy", "hit@1")] == pytest.approx(0.6)
+    assert pipeline.n.loc["trained + trained[listwise]", ("easy", "hit@1")] == 1
+    losses = build_table(SPECS["loss_ablation"], runs, tmp_path)
+    assert losses.values.loc["listwise", ("easy", "hit@1")] == pytest.approx(0.5)
 
 
 def test_seeds_aggregate_to_mean_sd_and_n_and_a_missing_seed_is_named(tmp_path):

@@ -15,6 +15,9 @@ from .freshness import code_column, stale_stages
 log = logging.getLogger(__name__)
 CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fusion", "fields", "tier", "topk", "fn_filter", "seed",
                "agent")
+# How a run scored the test split: with all training data, or with the dev split held out of training (a cell whose
+# fusion weight or parameters were chosen on dev). Both are test figures; a study's trials score "dev".
+TEST_SPLITS = ("test", "test, dev held out")
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -48,7 +51,8 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     row.update(tp_candidate_share=positives.get("candidate_share"), tp_top1_share=positives.get("top1_share"))
     row["code"] = code_column(data.get("stages", {}))
     split = data.get("split") or {}
-    row["split"] = ("dev" if split.get("scored") == "dev" else "test, dev held out" if "dev" in split else "test")
+    row["split"] = ("dev" if split.get("scored") == "dev" else TEST_SPLITS[1] if "dev" in split else TEST_SPLITS[0])
+    row["study"] = in_study(run_dir)
     row.update(data.get("metrics", {}))
     row.update({f"n_{k}": v for k, v in data.get("counts", {}).items()})
     down = data.get("downstream") or {}
@@ -57,15 +61,23 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     return row
 
 
+def in_study(run_dir: Path) -> bool:
+    """A trial or held-out test cell of an Optuna study (its sweep folder, up to three levels up, holds the study's
+    database): the tuning table's, not a paper table's, though its choices may match a showcase cell's."""
+    return any((parent / "study.db").exists() for parent in list(run_dir.parents)[:3])
+
+
 def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
     """One row per run, sorted; run paths relative to ``base`` so reports do not depend on where the
-    project lives. Later duplicates of the same choices (reruns) are kept but marked ``superseded``."""
+    project lives. Later duplicates of the same choices in the same grid folder (reruns) are kept but marked
+    ``superseded``; the same choices in another sweep's folder are that sweep's own run."""
     rows = [_row(d, base) for d in find_runs(roots)]
     if not rows:
         return pd.DataFrame(columns=["run", "status", "error", "split", *CHOICE_KEYS, "superseded", "stale", "code"])
     df = pd.DataFrame(rows).sort_values("run", kind="stable").reset_index(drop=True)
     done = df["status"] == "completed"
     key = df[[*CHOICE_KEYS, "split", "fusion_alpha"]].fillna("").astype(str).agg("|".join, axis=1)  # eval: absent from older runs
+    key = df["run"].map(lambda run: str(Path(run).parent)) + "|" + key
     strata = [c for c in df.columns if "=" in c]  # breakdown metrics: a run scored by other strata is not a rerun
     if strata:
         key = key + "|" + df[strata].notna().apply(lambda r: ",".join(r.index[r]), axis=1)
@@ -76,10 +88,19 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
 
 
 def usable(df: pd.DataFrame) -> pd.DataFrame:
-    """The runs the paper tables show: completed, the latest of their choices, scored on the test split with all
-    training data (a study's dev-scored trials and its held-out test cells are in the tuning table)."""
-    split = df["split"].fillna("test") if "split" in df else "test"  # runs from before splits: the test split
-    return df[(df["status"] == "completed") & ~df["superseded"] & (split == "test")]
+    """The runs the paper tables show: completed, the latest of their choices, scored on the test split (a study's
+    dev-scored trials and its held-out test cells are in the tuning table)."""
+    split = df["split"].fillna("test") if "split" in df else pd.Series("test", index=df.index)  # runs from before splits
+    study = df["study"].fillna(False).astype(bool) if "study" in df else pd.Series(False, index=df.index)
+    return df[(df["status"] == "completed") & ~df["superseded"] & split.isin(TEST_SPLITS) & ~study]
+
+
+def of_sweep(df: pd.DataFrame, sweep: str) -> pd.DataFrame:
+    """The runs of ``sweep``'s own folder (``outputs/multirun/<sweep>``, as ``sweeps/<sweep>.yaml`` sets it) when there
+    are any, else every run: a paper table shows the cells its sweep ran, not another sweep's runs whose choices happen
+    to match while their other parameters (epochs, a tuned learning rate) differ."""
+    own = df["run"].map(lambda run: sweep in Path(run).parts) if len(df) else pd.Series(dtype=bool)
+    return df[own] if own.any() else df
 
 
 def unsynthesised(df: pd.DataFrame) -> pd.Series:

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .collect import CHOICE_KEYS, per_query, unsynthesised, usable
+from .collect import CHOICE_KEYS, of_sweep, per_query, unsynthesised, usable
 from .significance import paired_randomization
 
 ENCODER_ORDER = ("bm25", "minilm", "bge_large", "e5_large", "gte_large", "qwen3_emb_0.6b", "qwen3_emb_8b",
@@ -195,7 +195,7 @@ def _stat(values: list[float]) -> tuple[float, float, int]:
 
 
 def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_significance: bool = False) -> Table:
-    all_runs = _with_labels(runs)
+    all_runs = _with_labels(of_sweep(runs, spec.sweep))
     ok = all_runs[all_runs.index.isin(usable(runs).index)]
     scoped = ok[_matches(ok, spec.select) & _matches(ok, spec.exclude, negate=True) & _matches(ok, sweep_systems(spec.sweep))
                 & unsynthesised(ok)]
