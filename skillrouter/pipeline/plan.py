@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import statistics
 import time
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +172,7 @@ class Estimator:
         self.cache = cache
         self.rates: dict[str, dict[tuple, list[float]]] = {}
         self.manifests: dict[str, list[dict[str, Any]]] = {}
+        self.lines: dict[Path, int | None] = {}  # a pairs file's records, counted once however many trainings read it
 
     def _kind_manifests(self, kind: str) -> list[dict[str, Any]]:
         if kind not in self.manifests:
@@ -214,11 +215,13 @@ class Estimator:
         source = stage.inputs.get("pairs")
         path = (self.cache.entry(source.kind, source.key) / stage.params["files"]["pairs"] if source is not None
                 else Path(stage.options.get("paths", {}).get("pairs", "")))
-        try:
-            with open(path, "rb") as fh:
-                return sum(1 for line in fh if line.strip())
-        except OSError:
-            return None
+        if path not in self.lines:
+            try:
+                with open(path, "rb") as fh:
+                    self.lines[path] = sum(1 for line in fh if line.strip())
+            except OSError:
+                self.lines[path] = None
+        return self.lines[path]
 
     def items(self, stage: Stage) -> float | None:
         spec = stage.items

@@ -22,7 +22,7 @@ from .attention import write_attention, yes_no_reranker
 from .cases import case_pairs, write_cases
 from .downstream import NOTES as DOWNSTREAM_NOTES, downstream_rows, downstream_table, write_downstream_cases
 from .collect import collect, usable
-from .freshness import stale_runs, stale_stages
+from .freshness import stale_column, stale_runs
 from .efficiency import write_efficiency
 from .r3_stats import from_run, source_name, write_r3_stats
 from .figures import recall_figure
@@ -171,7 +171,7 @@ def check(runs_csv: Path) -> int:
         print(f"{runs_csv}: no {', '.join(missing)} column (written before runs recorded their code): every run is stale")
         return 1
     runs["superseded"] = runs["superseded"].str.lower() == "true"
-    runs["stale"] = [",".join(stale_stages(c)) if status == "completed" else "" for c, status in zip(runs["code"], runs["status"])]
+    runs["stale"] = stale_column(runs["code"], runs["status"])
     stale = stale_runs(runs)
     for _, r in stale.iterrows():
         print(f"stale: {r['run']}: {r['stale']}")

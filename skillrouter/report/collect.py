@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..data.columnar import read_dataset
 from ..data.types import Dataset
-from .freshness import code_column, stale_stages
+from .freshness import code_column, stale_column
 
 log = logging.getLogger(__name__)
 CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fusion", "fields", "tier", "topk", "fn_filter", "seed",
@@ -83,7 +83,7 @@ def collect(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
         key = key + "|" + df[strata].notna().apply(lambda r: ",".join(r.index[r]), axis=1)
     latest = df[done].groupby(key[done]).tail(1).index
     df["superseded"] = done & ~df.index.isin(latest)
-    df["stale"] = [",".join(stale_stages(c)) if ok else "" for c, ok in zip(df["code"], done)]
+    df["stale"] = stale_column(df["code"], df["status"])
     return df
 
 

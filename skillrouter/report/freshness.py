@@ -10,7 +10,7 @@ differs from the recorded one (or a module is gone); a run with no record is sta
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
@@ -38,6 +38,12 @@ def stale_stages(code: str) -> list[str]:
         return [NO_RECORD]
     return sorted(name for name, (fingerprint, modules) in json.loads(code).items()
                   if _current(tuple(modules)) != fingerprint)
+
+
+def stale_column(codes: Iterable[str], statuses: Iterable[str]) -> list[str]:
+    """Per run, the stages made by code that has changed since, comma-joined ("" for a run that did not complete:
+    it made no row)."""
+    return [",".join(stale_stages(c)) if status == "completed" else "" for c, status in zip(codes, statuses)]
 
 
 def stale_runs(runs: pd.DataFrame) -> pd.DataFrame:

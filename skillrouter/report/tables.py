@@ -11,6 +11,7 @@ others says which are missing, and a cell made by code that has changed since (:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,21 +282,23 @@ def fusion_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list[s
             f"{', '.join(sorted(set(a), key=float))} across its runs" for row, a in alphas.items()]
 
 
-def _query_means(runs: dict[str, pd.Series], run_root: Path, metric: str) -> dict[str, float]:
-    """Each query's metric, averaged over a cell's seeds (the queries every seed scored)."""
-    tables = [per_query(run_root, r["run"]) for r in runs.values()]
+def _query_means(runs: dict[str, pd.Series], read: Callable[[str], dict], metric: str) -> dict[str, float]:
+    """Each query's metric, averaged over a cell's seeds (the queries every seed scored); ``read``: a run's per-query
+    metrics."""
+    tables = [read(r["run"]) for r in runs.values()]
     qids = set.intersection(*(set(q for q in t if metric in t[q]) for t in tables))
     return {q: float(np.mean([t[q][metric] for t in tables])) for q in qids}
 
 
 def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], dict[str, pd.Series]], run_root: Path) -> None:
     ref = table.spec.significance_vs
+    read = functools.cache(lambda run: per_query(run_root, run))  # each run's file once, for every metric and row
     for (row, col), runs in chosen.items():
         base = chosen.get((ref, col))
         if row == ref or base is None:
             continue
         for m in table.spec.metrics:
-            a, b = _query_means(runs, run_root, m), _query_means(base, run_root, m)
+            a, b = _query_means(runs, read, m), _query_means(base, read, m)
             qids = sorted(set(a) & set(b))
             if qids and paired_randomization([a[q] for q in qids], [b[q] for q in qids]) < 0.05:
                 table.significant.add((row, (*col, m)))
