@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,8 @@ def main() -> None:
     reference = head_scores(torch_dir)
     ranked = {b: [json.loads(line)["ranked"] for line in (d / "rankings.jsonl").read_text().splitlines()]
               for b, (_, d) in metrics.items()}
-    figures: dict = {"data": str(args.data_root.name), "queries": torch_m["n_queries"], "overrides": " ".join(overrides),
+    shown = [o.replace(str(args.data_root), os.path.relpath(args.data_root, ROOT)) for o in overrides]  # no machine's path
+    figures: dict = {"data": str(args.data_root.name), "queries": torch_m["n_queries"], "overrides": " ".join(shown),
                      "train_reranker_key": torch_m["stages"]["train_reranker"]["key"]}
     for backend, (m, d) in metrics.items():
         own = head_scores(d)
