@@ -9,8 +9,9 @@
 
 Ties keep the first stage's order. ranx implements the same two fusions (``wsum`` over ``zmuv``-normalised runs,
 ``rrf``) and their grid optimisation; it is not called here because its numba kernels cost a one-off compile of about
-a minute and ~6 s in every new process on this CPU, where a fusion stage takes milliseconds (``benchmarks/
-fusion_parity.py`` checks our fused orders against ranx's on the same runs).
+a minute and seconds more in every new process on this CPU, where a fusion stage takes milliseconds
+(``benchmarks/fusion_parity.py`` checks our fused orders against ranx's on the same runs: equal for interpolation,
+equal up to the order of tied candidates for RRF).
 """
 from __future__ import annotations
 

@@ -51,14 +51,21 @@ def _heads(ctx: BuildContext, depth: int) -> tuple[list[Ranking], dict[str, str]
     return rankings, qtexts, _texts(ctx, {i for r in rankings for i in r.ids[:depth]})
 
 
-def _reorder(ctx: BuildContext, rankings: list[Ranking], k: int, score: Callable[[Ranking, Sequence[str]], Sequence[float]]
-             ) -> int:
+HeadScore = Callable[[Ranking, Sequence[str]], Sequence[float]]  # (a ranking, its head's ids) -> their scores
+
+
+def _reordered(r: Ranking, k: int, score: HeadScore) -> Ranking:
+    """``r`` with its top ``k`` reordered by ``score(r, head ids)``."""
+    return rerank_top_k(r, r.qid, k, lambda _qid, ids: score(r, ids))
+
+
+def _reorder(ctx: BuildContext, rankings: list[Ranking], k: int, score: HeadScore) -> int:
     """Write every query's ranking with its top ``k`` reordered by ``score(ranking, head ids)``; returns
     the query count."""
     with progress(len(rankings), f"rerank top-{k}", "queries", ctx.progress) as bar:
         ordered = []
         for r in rankings:
-            ordered.append(rerank_top_k(r, r.qid, k, lambda _qid, ids, r=r: score(r, ids)))
+            ordered.append(_reordered(r, k, score))
             bar.update()
     write_rankings(ctx.out / "rankings.jsonl", ordered, top_n=max(k, max((len(r.ids) for r in ordered), default=0)))
     return len(ordered)
@@ -158,13 +165,16 @@ def read_scores(entry: Path) -> dict[str, dict[str, float]]:
     return scored
 
 
+def fused_score(scored: Mapping[str, Mapping[str, float]], fusion: Fusion) -> HeadScore:
+    """A head's scores: the fusion of its first-stage scores and the reranker's (``scored``)."""
+    return lambda r, ids: fuse(r.scores[:len(ids)], [scored[r.qid][i] for i in ids], fusion)
+
+
 def fused_rankings(rankings: list[Ranking], scored: Mapping[str, Mapping[str, float]], k: int, fusion: Fusion
                    ) -> list[Ranking]:
     """Each ranking's top ``k`` reordered by the fusion of its first-stage and reranker scores."""
-    def score(r: Ranking, ids: Sequence[str]) -> list[float]:
-        return fuse(r.scores[:len(ids)], [scored[r.qid][i] for i in ids], fusion)
-
-    return [rerank_top_k(r, r.qid, k, lambda _qid, ids, r=r: score(r, ids)) for r in rankings]
+    score = fused_score(scored, fusion)
+    return [_reordered(r, k, score) for r in rankings]
 
 
 def _build_reorder(ctx: BuildContext) -> dict[str, Any]:
@@ -181,11 +191,8 @@ def _build_reorder(ctx: BuildContext) -> dict[str, Any]:
     elif spec["method"] == "rrf":
         record.update(k=spec["k"])
     fusion = Fusion(spec["method"], float(spec.get("alpha", 0.5)), int(spec.get("k", 60)))
-    with progress(len(rankings), f"rerank top-{k}", "queries", ctx.progress) as bar:
-        ordered = fused_rankings(rankings, scored, k, fusion)
-        bar.update(len(rankings))
-    write_rankings(ctx.out / "rankings.jsonl", ordered, top_n=max(k, max((len(r.ids) for r in ordered), default=0)))
-    return {"n_queries": len(ordered), **({"fusion": record} if spec["method"] != "none" else {})}
+    n = _reorder(ctx, rankings, k, fused_score(scored, fusion))
+    return {"n_queries": n, **({"fusion": record} if spec["method"] != "none" else {})}
 
 
 def rerank(k: int, scores: Stage, retrieval: Stage, fusion: Mapping[str, Any] | None = None, weight: Stage | None = None
