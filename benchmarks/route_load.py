@@ -45,8 +45,10 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {f"p{p}": round(float(np.percentile(values, p)), 1) for p in (50, 95, 99)}
 
 
-def build_cell(overrides: list[str]) -> tuple[Path, list[str], int]:
-    """The served cell's run folder (built by launch.py, its stages cached), the tasks, and the pool size."""
+def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillrouter", name: str = ""
+               ) -> tuple[Path, list[str], int]:
+    """The served cell's run folder (built by launch.py, its stages cached in ``cache_dir``), the tasks, and the pool
+    size."""
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     pool = sample if sample.exists() else generate(WORK / "builtin")["pool"]
     skills = load_pool(pool, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
@@ -55,9 +57,9 @@ def build_cell(overrides: list[str]) -> tuple[Path, list[str], int]:
     queries = WORK / "queries.jsonl"
     queries.write_text("".join(json.dumps({"id": f"q{i:03d}", "query": s.description or s.name, "gt": [s.id]}) + "\n"
                                for i, s in enumerate(chosen)))
-    run = WORK / ("run-" + "-".join(o.split("=", 1)[1] for o in overrides if o.startswith("reranker.backend=")))
+    run = WORK / ("run-" + (name or "-".join(o.split("=", 1)[1] for o in overrides if o.startswith("reranker.backend="))))
     subprocess.run([sys.executable, str(ROOT / "launch.py"), "data=jsonl", f"data.pool={pool}", f"data.queries={queries}",
-                    f"hydra.run.dir={run}", f"cache_dir={ROOT / '.cache' / 'skillrouter'}", "progress=false", *overrides],
+                    f"hydra.run.dir={run}", f"cache_dir={cache_dir}", "progress=false", *overrides],
                    cwd=ROOT, check=True)
     return run, [s.description or s.name for s in chosen], len(skills)
 

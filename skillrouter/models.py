@@ -39,6 +39,33 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")  # x86 AMX / AVX-512 BF16; "bf16": Arm's BFloat16 extension
+
+
+def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AMX, AVX-512 BF16, Arm BF16), read from the kernel's CPU flags
+    without loading torch: planning a grid resolves ``backend: auto`` with it. Elsewhere (no /proc) False: bf16
+    emulated in fp32 units is slower than fp32."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return False
+    flags = {flag for line in text.splitlines() if line.startswith(("flags", "Features"))
+             for flag in line.split(":", 1)[1].split()}
+    return any(flag in flags for flag in BF16_FLAGS)
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto``: ``bf16`` where the CPU has native bfloat16 (:func:`cpu_bf16`; parity with fp32 measured in
+    ``reports/perf/bf16_parity.md``), else ``torch``; any other backend as it is."""
+    return ("bf16" if cpu_bf16() else "torch") if backend == "auto" else backend
+
+
+def resolve_precision(precision: str) -> str:
+    """A training's ``precision: auto``: ``bf16`` where the CPU has native bfloat16, else ``fp32``."""
+    return ("bf16" if cpu_bf16() else "fp32") if precision == "auto" else precision
+
+
 # Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's architecture (both Qwen3-0.6B: their config.json files)
 QWEN3_0_6B = {"vocab_size": 151669, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
               "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,

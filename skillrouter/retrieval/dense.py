@@ -1,26 +1,36 @@
 """Dense bi-encoders through sentence-transformers, from a local path, a weights package or a hub id.
 
-Where the time goes is model compute, so the encoder runs as fast as the device allows:
+Where the time goes is model compute, so :func:`encode` keeps everything else out of its way: every text is
+tokenised once, up front; batches are formed over the whole input, longest first, sized by rows (``batch_size``)
+or by a token budget (``max_tokens``), and each is padded only to its own longest text; every batch's real and
+padded tokens and the wall time go to a :class:`~skillrouter.throughput.Throughput` meter. Then, per device:
 
-* CUDA: bf16 weights, FlashAttention-2 when ``flash_attn`` is installed (else PyTorch SDPA),
-  batches of similar length sized by a token budget (``max_tokens``) instead of a fixed count,
-  pinned host memory with non-blocking copies, and one model replica per visible GPU when there
-  are several (data parallel inside one job);
-* CPU: an ONNX Runtime backend (``backend: onnx`` or ``onnx-int8``, dynamically quantised), run
-  from a ``torch.onnx`` export (:mod:`skillrouter.retrieval.onnx_backend`).
+* CUDA: bf16 weights, FlashAttention-2 when ``flash_attn`` is installed (else PyTorch SDPA), pinned host memory
+  with non-blocking copies, one model replica per visible GPU when there are several (threads pulling batches from
+  one queue). With FlashAttention-2 the batches are *packed*: a batch's texts concatenated into one row with
+  positions restarting per text, no padding at all (the variable-length kernel keeps them apart; pooling reads
+  each text's own span);
+* CPU: ``backend: bf16`` runs the model under bfloat16 autocast (2.2x fp32 on AVX-512 BF16 in the model's own
+  time, ``reports/perf/bf16_parity.md``), ``backend: auto`` chooses it where the CPU has native bf16; or an ONNX
+  Runtime backend (``onnx``, ``onnx-int8``) from a ``torch.onnx`` export (:mod:`skillrouter.retrieval.onnx_backend`).
+  Packing is off on the CPU: without a variable-length kernel, a packed row's block-diagonal mask makes attention
+  quadratic in the whole row, more work than the few percent of padding that length-sorted batches leave.
 """
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
+from ..batches import padded, token_budget_batches
 from ..models import device, resolve_model
+from ..throughput import Throughput, model_flops
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKENDS = ("torch", "bf16", "onnx", "onnx-int8")
 EXECUTION_ONLY = ("query_instruction", "batch_size", "max_tokens")  # EncoderSpec fields that do not change pool embeddings
-CHUNK = 2048  # texts per encode call: the unit a progress line counts
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")  # implementations that keep packed texts apart
 
 
 @dataclass(frozen=True)
@@ -36,8 +46,12 @@ class EncoderSpec:
     batch_size: int = 32
     padding_side: str | None = None  # "left" for last-token pooling as the Qwen3 releases run it
     trust_remote_code: bool = False
-    backend: str = "torch"  # torch | onnx | onnx-int8
+    backend: str = "torch"  # torch | bf16 | onnx | onnx-int8 (``auto`` is resolved when a cell is composed)
     max_tokens: int | None = None  # token budget per batch (padded length x rows); None: fixed batch_size
+
+    @property
+    def bf16(self) -> bool:
+        return self.backend == "bf16"
 
 
 def attention_implementation() -> str | None:
@@ -72,72 +86,72 @@ def load_encoder(spec: EncoderSpec, model_path: str | None = None):
     return model
 
 
-def token_budget_batches(lengths: list[int], max_tokens: int, max_rows: int) -> list[list[int]]:
-    """Indices grouped longest first into batches whose padded size (rows x longest) stays within
-    ``max_tokens`` (a single longer text gets a batch of its own) and at most ``max_rows`` rows."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and len(batches[-1]) < max_rows and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+def token_ids(tokenizer, texts: list[str], max_length: int | None) -> list[list[int]]:
+    """Each text's ids, special tokens included and cut to ``max_length``: what sentence-transformers' ``preprocess``
+    makes of a text before padding, computed once for the whole input."""
+    if not texts:
+        return []
+    return tokenizer(texts, truncation=max_length is not None, max_length=max_length, return_attention_mask=False,
+                     return_token_type_ids=False)["input_ids"]
 
 
-def _encode_budgeted(model, texts: list[str], max_tokens: int, max_rows: int, show_progress: bool,
-                     devices: list[str] | None = None) -> np.ndarray:
-    """Our own batching loop: similar lengths together, sized by tokens; pinned, non-blocking copies.
-    With several ``devices``, one model replica per device pulls batches from a shared queue in its own
-    thread (as ``nn.DataParallel`` drives its replicas: kernels and copies run outside the GIL)."""
-    import copy
-    import queue
-    from concurrent.futures import ThreadPoolExecutor
-
+def padded_features(tokenizer, rows: list[list[int]]) -> dict[str, Any]:
+    """A padded batch as the tokenizer would pad it (its ``padding_side`` and pad id), with token type ids where the
+    model takes them."""
     import torch
 
-    from ..progress import progress
+    types = [[0] * len(r) for r in rows] if "token_type_ids" in tokenizer.model_input_names else None
+    arrays = padded(rows, tokenizer.pad_token_id or 0, types, left=tokenizer.padding_side == "left")
+    return {**{k: torch.from_numpy(v) for k, v in arrays.items()}, "modality": "text"}
 
-    tok = model.tokenizer
-    lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]]
-    pending: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
-    for batch in token_budget_batches(lengths, max_tokens, max_rows):
-        pending.put(batch)
-    replicas = [model]
-    if devices:  # the model itself serves the first device it already sits on; the others get copies
-        reuse = next((i for i, d in enumerate(devices) if torch.device(d) == model.device), None)
-        replicas = [model if i == reuse else copy.deepcopy(model).to(d) for i, d in enumerate(devices)]
-    bar = progress(len(texts), "encode", "texts", show_progress)
-    done: list[tuple[list[int], np.ndarray]] = []
 
-    def drain(replica) -> None:
-        cuda = replica.device.type == "cuda"
-        with torch.inference_mode():
-            while True:
-                try:
-                    batch = pending.get_nowait()
-                except queue.Empty:
-                    return
-                features = replica.preprocess([texts[i] for i in batch])
-                features = {k: (v.pin_memory().to(replica.device, non_blocking=True) if cuda else v.to(replica.device))
-                            if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-                emb = replica(features)["sentence_embedding"].float()
-                done.append((batch, torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()))
-                bar.update(len(batch))
+def packed_features(rows: list[list[int]], position_offset: int = 0) -> dict[str, Any]:
+    """A batch packed into one row: ids concatenated, positions restarting per text, and the cumulative lengths a
+    variable-length attention kernel and sentence-transformers' flattened pooling read (transformers' own
+    ``DataCollatorWithFlattening`` layout). Without a varlen kernel transformers masks the row block-diagonally."""
+    import torch
 
-    with ThreadPoolExecutor(len(replicas)) as pool:
-        list(pool.map(drain, replicas))
-    bar.close()
-    if not done:
-        return np.zeros((0, 0), dtype=np.float32)
-    out = np.empty((len(texts), done[0][1].shape[1]), dtype=np.float32)
-    for batch, emb in done:
-        out[batch] = emb
-    return out
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.int32)
+    cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+    longest = int(lengths.max())
+    return {"input_ids": torch.tensor([[t for r in rows for t in r]]),
+            "position_ids": torch.cat([torch.arange(len(r)) for r in rows]).unsqueeze(0) + position_offset,
+            "seq_idx": torch.repeat_interleave(torch.arange(len(rows), dtype=torch.int32), lengths).unsqueeze(0),
+            "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest,
+            "modality": "text"}
+
+
+def position_offset(model) -> int:
+    """Where a packed text's positions start: 0, or ``padding_idx + 1`` for RoBERTa-style learned positions (what
+    sentence-transformers' own flattening adds)."""
+    import torch
+
+    for module in model.modules():
+        padding_idx = getattr(module, "padding_idx", None)
+        if isinstance(padding_idx, int) and isinstance(getattr(module, "position_embeddings", None), torch.nn.Embedding):
+            return padding_idx + 1
+    return 0
+
+
+def _transformer(model):
+    return getattr(model[0], "auto_model", None) if hasattr(model, "__getitem__") else None
+
+
+def packs(model) -> bool:
+    """Whether the model's attention keeps packed texts apart with a variable-length kernel (FlashAttention)."""
+    return getattr(getattr(_transformer(model), "config", None), "_attn_implementation", None) in VARLEN_ATTENTION
+
+
+def can_pack(model) -> bool:
+    """Whether a packed row is exact for this model: a variable-length kernel, or causal attention without one
+    (transformers then masks the row block-diagonally from the restarting positions); a bidirectional encoder
+    without a varlen kernel would attend across its texts."""
+    inner = _transformer(model)
+    return packs(model) or any(getattr(m, "is_causal", False) for m in (inner.modules() if inner is not None else ()))
 
 
 def data_parallel_devices() -> list[str] | None:
-    """One process per visible GPU when a job sees several (an 8-GPU node); else None, one process."""
+    """One replica per visible GPU when a job sees several (an 8-GPU node); else None, one process."""
     if device() != "cuda":
         return None
     import torch
@@ -145,27 +159,88 @@ def data_parallel_devices() -> list[str] | None:
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.device_count() > 1 else None
 
 
+def _torch_runner(replica, bf16: bool, packed: bool) -> Callable[[list[list[int]]], np.ndarray]:
+    """A batch of token ids -> unit-norm float32 embeddings, on ``replica``'s device."""
+    import torch
+
+    cuda = replica.device.type == "cuda"
+    tokenizer, offset = replica.tokenizer, position_offset(replica)
+
+    def run(rows: list[list[int]]) -> np.ndarray:
+        features = packed_features(rows, offset) if packed else padded_features(tokenizer, rows)
+        features = {k: (v.pin_memory().to(replica.device, non_blocking=True) if cuda else v)
+                    if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+        with torch.inference_mode(), torch.autocast(replica.device.type, dtype=torch.bfloat16, enabled=bf16):
+            emb = replica(features)["sentence_embedding"].float()
+        return torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
+
+    return run
+
+
 def encode(model, texts: list[str], batch_size: int, show_progress: bool = True, max_tokens: int | None = None,
-           devices: list[str] | None = None) -> np.ndarray:
-    """Unit-norm float32 embeddings. Without ``max_tokens``: sentence-transformers' own length-sorted
-    batches of ``batch_size``; with it, token-budget batches. Several ``devices`` (by default every
-    visible GPU when there are several): one replica each, sentence-transformers' multi-process pool
-    for fixed batches, one thread per replica for token-budget batches."""
+           devices: list[str] | None = None, bf16: bool = False, meter: Throughput | None = None,
+           packed: bool | None = None) -> np.ndarray:
+    """Unit-norm float32 embeddings of ``texts`` (see the module docstring): batches of ``batch_size`` rows, within
+    ``max_tokens`` when set; ``bf16``: bfloat16 autocast; ``packed``: one padding-free row per batch (None: where the
+    attention has a variable-length kernel). Several ``devices`` (by default every visible GPU when there are
+    several): one replica each. ``meter`` gets every batch's tokens and the wall time."""
+    import copy
+    import queue
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
     from ..progress import progress
 
-    devices = devices or (data_parallel_devices() if hasattr(model, "start_multi_process_pool") else None)
-    if max_tokens and hasattr(model, "preprocess"):
-        return _encode_budgeted(model, texts, max_tokens, batch_size, show_progress, devices)
-    if devices:  # one call: the process pool is started once
-        emb = model.encode(texts, batch_size=batch_size, show_progress_bar=False, normalize_embeddings=True,
-                           convert_to_numpy=True, device=devices)
-        return np.asarray(emb, dtype=np.float32)
-    chunk = max(CHUNK, batch_size)  # progress per chunk; each chunk is length-sorted into batches as a whole
-    parts = []
-    with progress(len(texts), "encode", "texts", show_progress) as bar:
-        for start in range(0, len(texts), chunk):
-            part = texts[start:start + chunk]
-            parts.append(np.asarray(model.encode(part, batch_size=batch_size, show_progress_bar=False,
-                                                 normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32))
-            bar.update(len(part))
-    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+    meter = meter if meter is not None else Throughput()
+    if meter.flops is None:
+        meter.flops = model_flops(getattr(model, "st", model))
+    onnx = not isinstance(model, torch.nn.Module)  # an OnnxEncoder: its own session runs the batches
+    packed = (not onnx and packs(model)) if packed is None else packed
+    if packed and (onnx or not can_pack(model)):
+        raise ValueError("packed batches need a variable-length attention kernel (FlashAttention-2 on CUDA) or a "
+                         "causal model; this encoder attends across a packed row: encode it padded")
+    with meter.timed():
+        tokenizer = model.st.tokenizer if onnx else model.tokenizer
+        rows = token_ids(tokenizer, texts, model.max_seq_length)
+        lengths = [len(r) for r in rows]
+        budget = max_tokens or (batch_size * model.max_seq_length if packed else None)
+        pending: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+        for batch in token_budget_batches(lengths, budget, batch_size, packed):
+            pending.put(batch)
+        if onnx:
+            runners = [lambda rs: model.run(padded_features(tokenizer, rs))]
+        else:
+            devices = devices or data_parallel_devices()
+            replicas = [model]
+            if devices:  # the model itself serves the device it already sits on; the others get copies
+                reuse = next((i for i, d in enumerate(devices) if torch.device(d) == model.device), None)
+                replicas = [model if i == reuse else copy.deepcopy(model).to(d) for i, d in enumerate(devices)]
+            runners = [_torch_runner(r, bf16, packed) for r in replicas]
+        bar = progress(len(texts), "encode", "texts", show_progress)
+        done: list[tuple[list[int], np.ndarray]] = []
+        lock = threading.Lock()
+
+        def drain(run) -> None:
+            while True:
+                try:
+                    batch = pending.get_nowait()
+                except queue.Empty:
+                    return
+                emb = run([rows[i] for i in batch])
+                width = sum(lengths[i] for i in batch) if packed else len(batch) * max(lengths[i] for i in batch)
+                with lock:
+                    done.append((batch, emb))
+                    meter.count([lengths[i] for i in batch], width)
+                    bar.update(len(batch))
+
+        with ThreadPoolExecutor(len(runners)) as pool:
+            list(pool.map(drain, runners))
+        bar.close()
+    if not done:
+        return np.zeros((0, 0), dtype=np.float32)
+    out = np.empty((len(texts), done[0][1].shape[1]), dtype=np.float32)
+    for batch, emb in done:
+        out[batch] = emb
+    return out

@@ -21,15 +21,24 @@ def _torch_top_k(docs: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndar
     return idx.cpu().numpy(), scores.float().cpu().numpy()
 
 
+def _faiss():
+    """The ``faiss`` module, or None when it is not installed (a GPU machine may search with torch alone)."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
 def exact_top_k(doc_emb: np.ndarray, query_emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, scores)`` of shape ``(n_queries, min(k, n_docs))``; vectors are expected unit-norm,
-    so inner product is cosine."""
-    import faiss
-
+    so inner product is cosine. ``faiss`` is needed only where no GPU is: on one, a GPU FAISS build if there is
+    one, else a torch matmul."""
     docs = np.ascontiguousarray(doc_emb, dtype=np.float32)
     queries = np.ascontiguousarray(query_emb, dtype=np.float32)
     k = min(k, len(docs))
-    if faiss.get_num_gpus() > 0 and hasattr(faiss, "StandardGpuResources"):
+    faiss = _faiss()
+    if faiss is not None and faiss.get_num_gpus() > 0 and hasattr(faiss, "StandardGpuResources"):
         try:
             index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, faiss.IndexFlatIP(docs.shape[1]))
             index.add(docs)
@@ -40,6 +49,8 @@ def exact_top_k(doc_emb: np.ndarray, query_emb: np.ndarray, k: int) -> tuple[np.
     found = _torch_top_k(docs, queries, k)
     if found is not None:
         return found
+    if faiss is None:
+        raise ModuleNotFoundError("exact search on the CPU needs faiss (pip install faiss-cpu)")
     index = faiss.IndexFlatIP(docs.shape[1])
     index.add(docs)
     scores, idx = index.search(queries, k)

@@ -73,22 +73,15 @@ def session(onnx_path: str | Path):
 
 
 class OnnxEncoder:
-    """The ``encode`` contract of a SentenceTransformer, run by ONNX Runtime on the CPU."""
+    """A SentenceTransformer's embeddings run by ONNX Runtime on the CPU: :func:`skillrouter.retrieval.dense.encode`
+    tokenises and batches (the model's own tokenizer and max length, ``st``) and hands each padded batch to
+    :meth:`run`."""
 
     def __init__(self, onnx_path: str | Path, st_model):
         self.session = session(onnx_path)
         self.st = st_model
         self.max_seq_length = st_model.max_seq_length
 
-    def encode(self, texts: list[str], batch_size: int = 32, **_: object) -> np.ndarray:
-        """sentence-transformers' ``encode`` signature; progress is reported by the caller per chunk."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths share a batch
-        out: np.ndarray | None = None
-        for start in range(0, len(texts), batch_size):
-            idx = order[start: start + batch_size]
-            features = self.st.preprocess([texts[i] for i in idx])
-            emb = self.session.run(None, {k: features[k].numpy() for k in INPUTS})[0]
-            if out is None:
-                out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
-            out[idx] = emb
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+    def run(self, features: dict) -> np.ndarray:
+        """A padded batch's features (torch tensors) -> unit-norm float32 embeddings."""
+        return self.session.run(None, {k: features[k].numpy() for k in INPUTS})[0]

@@ -99,7 +99,7 @@ class Router:
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         with self.lock:
             return encode(self.encoder, [self.spec.document_prefix + t for t in texts], self.spec.batch_size, False,
-                          self.spec.max_tokens)
+                          self.spec.max_tokens, bf16=self.spec.bf16)
 
     def route(self, tasks: list[str], k: int) -> list[list[Hit]]:
         """The top ``k`` (at most ``retrieve_k``) of the current snapshot for each task. A task asked again of the
@@ -123,7 +123,8 @@ class Router:
 
     def _route(self, tasks: list[str], snap: Snapshot) -> list[list[Hit]]:
         """Every task's ranking (``retrieve_k`` deep): one encoder call, one reranker call over all their pairs."""
-        q = encode(self.encoder, [self.query_text.query(t) for t in tasks], self.spec.batch_size, False, self.spec.max_tokens)
+        q = encode(self.encoder, [self.query_text.query(t) for t in tasks], self.spec.batch_size, False, self.spec.max_tokens,
+                   bf16=self.spec.bf16)
         idx, scores = exact_top_k(snap.embeddings, q, self.depth)
         first = ranked(snap.ids, idx, scores, [str(n) for n in range(len(tasks))])
         final = self._rerank(tasks, first, snap) if self.scorer is not None else first

@@ -26,6 +26,7 @@ from ..rerank.llm_judge import JudgeSpec, LLMJudge
 from ..rerank.reorder import rerank_top_k
 from ..rerank.spec import RerankerSpec
 from ..progress import progress
+from ..throughput import Throughput, model_flops
 from .data import read_descriptions
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
 from .retrieval import skill_renderer, skill_text
@@ -82,23 +83,35 @@ def pair_scorer(ctx: BuildContext) -> tuple[Any, RerankerSpec]:
                        bf16=bf16), spec
 
 
+QUERY_CHUNK = 64  # queries whose pairs are scored together: batched by length across queries, memory bounded
+
+
 def _build_scores(ctx: BuildContext) -> dict[str, Any]:
     depth = ctx.params["depth"]
     rankings, qtexts, texts = _heads(ctx, depth)
     scorer, spec = pair_scorer(ctx)
+    meter = Throughput(flops=model_flops(scorer))
+    scorer.meter = meter
     kept: list[tuple[int, int, int, int]] = []
     with progress(len(rankings), f"score top-{depth} pairs", "queries", ctx.progress) as bar, \
             open(ctx.out / SCORES, "w", encoding="utf-8") as fh:
-        for r in rankings:
-            ids = r.ids[:depth]
-            pairs = [qtexts.get(r.qid, "")] * len(ids), [texts[i] for i in ids]
-            scores = scorer.score(*pairs) if ids else []
-            if ids and hasattr(scorer, "kept_tokens"):
-                kept += scorer.kept_tokens(*pairs)
-            fh.write(json.dumps({"qid": r.qid, "ids": ids, "scores": [float(s) for s in scores]}) + "\n")
-            bar.update()
+        for start in range(0, len(rankings), QUERY_CHUNK):
+            chunk = rankings[start:start + QUERY_CHUNK]
+            heads = [r.ids[:depth] for r in chunk]
+            queries = [qtexts.get(r.qid, "") for r, ids in zip(chunk, heads) for _ in ids]
+            docs = [texts[i] for ids in heads for i in ids]
+            with meter.timed():
+                scores = scorer.score(queries, docs) if docs else []
+            if docs and hasattr(scorer, "kept_tokens"):
+                kept += scorer.kept_tokens(queries, docs)
+            offset = 0
+            for r, ids in zip(chunk, heads):
+                fh.write(json.dumps({"qid": r.qid, "ids": ids, "scores": [float(x) for x in scores[offset:offset + len(ids)]]})
+                         + "\n")
+                offset += len(ids)
+            bar.update(len(chunk))
     return {"n_queries": len(rankings), "pairs": sum(min(depth, len(r.ids)) for r in rankings), "items": len(rankings),
-            **({"truncation": truncation_summary(kept, spec)} if kept else {})}
+            "throughput": meter.record(), **({"truncation": truncation_summary(kept, spec)} if kept else {})}
 
 
 def truncation_summary(kept: list[tuple[int, int, int, int]], spec: RerankerSpec) -> dict[str, Any]:

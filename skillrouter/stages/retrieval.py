@@ -17,6 +17,7 @@ from ..retrieval import bm25 as bm25_module, dense as dense_module, index as ind
 from ..retrieval.bm25 import bm25_search
 from ..retrieval.dense import EXECUTION_ONLY, EncoderSpec, encode, load_encoder
 from ..retrieval.index import exact_top_k
+from ..throughput import Throughput, combined
 from ..data.pairs import TrainExample
 from .data import read_descriptions, read_examples
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
@@ -102,13 +103,21 @@ def _save_embeddings(out: Path, emb: np.ndarray) -> None:
     np.save(out / "embeddings.npy", emb.astype(np.float16))
 
 
+def _embedded(ctx: BuildContext, texts: list[str]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The stage's encoder's embeddings of ``texts`` (documents) and what computing them took."""
+    model, spec = encoder_model(ctx)
+    meter = Throughput()
+    emb = encode(model, [spec.document_prefix + t for t in texts], spec.batch_size, ctx.progress, spec.max_tokens,
+                 bf16=spec.bf16, meter=meter)
+    return emb, meter.record()
+
+
 def _build_embed(ctx: BuildContext) -> dict[str, Any]:
     ids, texts = rendered_pool(ctx)
-    model, spec = encoder_model(ctx)
-    _save_embeddings(ctx.out, encode(model, [spec.document_prefix + t for t in texts], spec.batch_size, ctx.progress,
-                                     spec.max_tokens))
+    emb, throughput = _embedded(ctx, texts)
+    _save_embeddings(ctx.out, emb)
     (ctx.out / "ids.json").write_text(json.dumps(ids))
-    return {"n": len(ids), "items": len(ids)}
+    return {"n": len(ids), "items": len(ids), "throughput": throughput}
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
@@ -120,10 +129,9 @@ def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
 def _build_shard(ctx: BuildContext) -> dict[str, Any]:
     ids, texts = rendered_pool(ctx)
     a, b = shard_bounds(len(ids), ctx.params["of"])[ctx.params["shard"]]
-    model, spec = encoder_model(ctx)
-    emb = encode(model, [spec.document_prefix + t for t in texts[a:b]], spec.batch_size, ctx.progress, spec.max_tokens)
+    emb, throughput = _embedded(ctx, texts[a:b])
     _save_embeddings(ctx.out, emb)
-    return {"n": b - a, "items": b - a}
+    return {"n": b - a, "items": b - a, "throughput": throughput}
 
 
 def _build_merge(ctx: BuildContext) -> dict[str, Any]:
@@ -132,7 +140,8 @@ def _build_merge(ctx: BuildContext) -> dict[str, Any]:
     emb = np.concatenate([p for p in parts if p.size])
     np.save(ctx.out / "embeddings.npy", emb)
     (ctx.out / "ids.json").write_text(json.dumps(ids))
-    return {"n": len(ids), "shards": len(parts)}
+    shards = [ctx.cache.manifest(s.kind, s.key).get("throughput") for s in ctx.stage.after]
+    return {"n": len(ids), "shards": len(parts), **({"throughput": combined(shards)} if all(shards) else {})}
 
 
 def embed_pool(spec: EncoderSpec, text: TextSpec, data: Stage, subset: str, oracle: FileRef | None = None,
@@ -171,10 +180,12 @@ def _build_dense(ctx: BuildContext) -> dict[str, Any]:
     emb = np.load(pool / "embeddings.npy").astype(np.float32)
     queries = _queries(ctx)
     model, spec = encoder_model(ctx)
-    idx, scores = exact_top_k(emb, encode(model, _query_texts(ctx, queries), spec.batch_size, ctx.progress,
-                                          spec.max_tokens), ctx.params["k"])
+    meter = Throughput()
+    embedded = encode(model, _query_texts(ctx, queries), spec.batch_size, ctx.progress, spec.max_tokens, bf16=spec.bf16,
+                      meter=meter)
+    idx, scores = exact_top_k(emb, embedded, ctx.params["k"])
     write_rankings(ctx.out / "rankings.jsonl", ranked(ids, idx, scores, [q.id for q in queries]), top_n=ctx.params["k"])
-    return {"n_queries": len(queries), "items": len(queries)}
+    return {"n_queries": len(queries), "items": len(queries), "throughput": meter.record()}
 
 
 def _build_bm25(ctx: BuildContext) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from ..rerank.spec import RerankerSpec
 from .. import events
 from ..retrieval.dense import EncoderSpec
 from ..train import fn_filter as fn_filter_module, negatives as negatives_module
-from ..train.config import EncoderLoss, TrainConfig
+from ..train.config import EXECUTION_ONLY, EncoderLoss, TrainConfig
 from ..train.fn_filter import FalseNegativeFilter
 from ..train.negatives import NegativeCounts, mine_negatives
 from ..data.pairs import TrainExample
@@ -80,15 +80,18 @@ def _skill_texts(ctx: BuildContext) -> dict[str, str]:
     return {s.id: text.skill(s, oracle) for s in ctx.dataset().training_pool()}
 
 
-def _curve(ctx: BuildContext, losses: list[float], n: int) -> dict[str, Any]:
+def _curve(ctx: BuildContext, trained: Any, n: int) -> dict[str, Any]:
+    """A training's manifest figures: its loss curve (also ``loss_curve.json``), dev curve and throughput."""
+    losses = trained.losses
     (ctx.out / "loss_curve.json").write_text(json.dumps(losses))
     return {"n_examples": n, "items": n, "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None}
+            "loss_last": losses[-1] if losses else None, "throughput": trained.throughput,
+            **({"dev": trained.dev} if trained.dev else {})}
 
 
 def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     from ..train import data_parallel
-    from ..train.encoder import train_encoder_losses
+    from ..train.encoder import train_encoder_run
 
     p = ctx.params
     mined = ctx.manifest("negatives")
@@ -97,11 +100,11 @@ def _build_encoder(ctx: BuildContext) -> dict[str, Any]:
     negatives = json.loads((ctx.input("negatives") / "negatives.json").read_text())
     query = TextSpec.from_dict(p["query_text"])
     renamed = [TrainExample(query.query(ex.query), ex.positives, ex.skip) for ex in examples]
-    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"), show_progress=ctx.progress)
-    losses = data_parallel.run(train_encoder_losses, (EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx),
-                                                      EncoderLoss(**p["loss"]), train, ctx.work, ctx.out / "model"),
-                               data_parallel.processes())
-    return _curve(ctx, losses, len(examples))
+    train = TrainConfig(**p["train"], **ctx.stage.options["execution"], show_progress=ctx.progress)
+    trained = data_parallel.run(train_encoder_run, (EncoderSpec(**p["base"]), renamed, negatives, _skill_texts(ctx),
+                                                    EncoderLoss(**p["loss"]), train, ctx.work, ctx.out / "model"),
+                                data_parallel.processes())
+    return _curve(ctx, trained, len(examples))
 
 
 def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, text: TextSpec, query_text: TextSpec,
@@ -114,29 +117,34 @@ def encoder_training(spec: EncoderSpec, loss: EncoderLoss, train: TrainConfig, t
               "query_text": spec_dict(query_text), "files": names}
     return Stage("train_encoder", _build_encoder, params,
                  inputs={"data": data, "pairs": pairs, "negatives": negatives, **refs}, files=files, resource="gpu", resumable=True,
-                 options={"paths": paths, "mini_batch": train.mini_batch},
+                 options={"paths": paths, "execution": _execution(train)},
                  items=Items("pairs", "n_examples", "train.epochs"),
                  code=(*TRAIN_CODE, "skillrouter.train.encoder"))
+
+
+def _execution(train: TrainConfig) -> dict[str, Any]:
+    """How a training's steps run (options: never part of its key)."""
+    return {"mini_batch": train.mini_batch, "gradient_checkpointing": train.gradient_checkpointing}
 
 
 def _keyed(train: TrainConfig) -> dict[str, Any]:
     """What a training's key reads of its config: everything but how a step is split into forward passes
     and how its progress is shown."""
-    return {k: v for k, v in spec_dict(train).items() if k not in ("mini_batch", "show_progress")}
+    return {k: v for k, v in spec_dict(train).items() if k not in EXECUTION_ONLY}
 
 
 def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
     from ..train import data_parallel
-    from ..train.reranker import build_lists, train_reranker_losses
+    from ..train.reranker import build_lists, train_reranker_run
 
     p = ctx.params
     examples = read_examples(ctx.input("pairs"))
     lists = build_lists(examples, _ranked_lists(ctx, "candidates", len(examples)), p["loss"], p["list_size"],
                         p["negatives"], p["train"]["seed"])
-    train = TrainConfig(**p["train"], mini_batch=ctx.stage.options.get("mini_batch"), show_progress=ctx.progress)
-    losses = data_parallel.run(train_reranker_losses, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
-                                                       train, ctx.work, ctx.out / "model"), data_parallel.processes())
-    return {**_curve(ctx, losses, len(examples)), "n_lists": len(lists)}
+    train = TrainConfig(**p["train"], **ctx.stage.options["execution"], show_progress=ctx.progress)
+    trained = data_parallel.run(train_reranker_run, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
+                                                     train, ctx.work, ctx.out / "model"), data_parallel.processes())
+    return {**_curve(ctx, trained, len(examples)), "n_lists": len(lists)}
 
 
 def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainConfig, list_size: int, negatives: str,
@@ -149,6 +157,6 @@ def reranker_training(spec: RerankerSpec, loss: Mapping[str, Any], train: TrainC
               "negatives": negatives, "text": skill_text(text), "files": names}
     return Stage("train_reranker", _build_reranker, params,
                  inputs={"data": data, "pairs": pairs, "candidates": candidates, **refs}, files=files, resource="gpu", resumable=True,
-                 options={"paths": paths, "mini_batch": train.mini_batch}, items=Items("pairs", "n_examples", "train.epochs"),
+                 options={"paths": paths, "execution": _execution(train)}, items=Items("pairs", "n_examples", "train.epochs"),
                  code=(*TRAIN_CODE, "skillrouter.train.reranker", SCORERS))
 

@@ -19,8 +19,19 @@ class TrainConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     checkpoint_every: int = 20
+    precision: str = "fp32"        # fp32 | bf16 (autocast on the CPU; CUDA always trains in bf16); compose resolves auto
+    attention_dropout: float | None = None  # dropout on attention probabilities while training; None: the checkpoint's
     mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: memory, not what it computes
     show_progress: bool = True     # a bar on a terminal, log lines off one (progress.py); not what it computes
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"train.precision must be one of {', '.join(PRECISIONS)} (or auto), got {self.precision!r}")
+
+
+PRECISIONS = ("fp32", "bf16")
+EXECUTION_ONLY = ("mini_batch", "gradient_checkpointing", "show_progress")  # fields that never change the weights
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ import torch
 from torch import Tensor
 
 from ..models import device
-from ..retrieval.dense import EncoderSpec, load_encoder
+from ..retrieval.dense import EncoderSpec, load_encoder, padded_features, token_ids
+from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import EncoderLoss, TrainConfig
-from .loop import set_seed, train
+from .loop import Trained, set_attention_dropout, set_seed, train
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from ..data.pairs import TrainExample
 
@@ -35,20 +36,32 @@ def _rows(examples: list[TrainExample], negatives: list[list[str]], skip_in_pool
     return rows
 
 
-def _embed(model, texts: list[str]) -> Tensor:
-    features = model.preprocess(texts)
-    features = {k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in features.items()}
-    return model(features)["sentence_embedding"]
+class Embedder:
+    """A training's texts -> embeddings with gradients, from token ids computed once before the first step (no step
+    tokenises); the tokens of every pass that backpropagates go to ``meter``."""
+
+    def __init__(self, model, texts: list[str], meter: Throughput):
+        self.model, self.meter = model, meter
+        unique = list(dict.fromkeys(texts))
+        self.ids = dict(zip(unique, token_ids(model.tokenizer, unique, model.max_seq_length)))
+
+    def __call__(self, texts: list[str]) -> Tensor:
+        features = padded_features(self.model.tokenizer, [self.ids[t] for t in texts])
+        if torch.is_grad_enabled():  # a cached-gradient step's first, gradient-free pass is overhead, not model FLOPs
+            self.meter.count_mask(features["attention_mask"])
+        features = {k: v.to(self.model.device) if isinstance(v, Tensor) else v for k, v in features.items()}
+        return self.model(features)["sentence_embedding"]
 
 
 def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: list[list[str]], skill_texts: dict[str, str],
-                  loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path):
+                  loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[object, Trained]:
     """Train and save a sentence-transformers model (or only its LoRA adapter) to ``out_dir``;
-    return ``(model, loss_curve)``. Query texts must already carry the encoder's instruction prefix.
+    return ``(model, what the training did)``. Query texts must already carry the encoder's instruction prefix.
     ``cfg.mini_batch``: texts per forward pass, the loss still over the whole batch (GradCache)."""
     set_seed(cfg.seed)
     model = load_encoder(spec).to(device())
-    model.float()  # train in fp32 (autocast supplies bf16 on CUDA)
+    model.float()  # fp32 weights (autocast supplies bf16 where asked, and on CUDA)
+    set_attention_dropout(model, cfg.attention_dropout)
     if cfg.lora:
         from peft import LoraConfig
 
@@ -83,21 +96,24 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
         return [r.query for r in batch] + [skill_texts[cid] for cid in cand_ids], loss_of
 
     caching = cached(cfg.mini_batch)
+    meter = Throughput(flops=model_flops(model), passes=3)
+    embed = Embedder(model, [r.query for r in rows] + [skill_texts[c] for r in rows for c in (r.positive, *r.negatives)],
+                     meter)
 
     def compute_loss(indices) -> Tensor:
         texts, loss_of = batch_loss(indices)
         if caching:  # GradCache: backpropagates itself, memory set by the mini-batch
-            return cached_backward(lambda chunk: _embed(model, list(chunk)), texts, cfg.mini_batch, loss_of, model.device)
+            return cached_backward(lambda chunk: embed(list(chunk)), texts, cfg.mini_batch, loss_of, model.device)
         n_queries = len(indices)
-        return loss_of(torch.cat([_embed(model, texts[:n_queries]), _embed(model, texts[n_queries:])]))
+        return loss_of(torch.cat([embed(texts[:n_queries]), embed(texts[n_queries:])]))
 
     losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching,
-                   terms=lambda: dict(getattr(loss_fn, "terms", {})))
+                   terms=lambda: dict(getattr(loss_fn, "terms", {})), meter=meter)
     if is_main():
         model.save(str(out_dir))
-    return model, losses
+    return model, Trained(losses, throughput=meter.record())
 
 
-def train_encoder_losses(*args) -> list[float]:
-    """:func:`train_encoder`'s loss curve (what a data-parallel process hands back)."""
+def train_encoder_run(*args) -> Trained:
+    """What :func:`train_encoder` did (what a data-parallel process hands back)."""
     return train_encoder(*args)[1]

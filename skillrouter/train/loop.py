@@ -1,7 +1,8 @@
 """The optimisation loop shared by encoder and reranker training, with exact resume.
 
-AdamW (weight decay 0.01), cosine schedule with 5 % warmup, gradient clipping; bf16 autocast and
-gradient checkpointing when CUDA is present. The whole batch order (all epochs) is fixed up front
+AdamW (weight decay 0.01), cosine schedule with 5 % warmup, gradient clipping; bf16 autocast on CUDA and where
+``train.precision=bf16`` on the CPU; gradient checkpointing only when asked (``train.gradient_checkpointing``: it
+recomputes every forward pass, and cached gradients already bound the memory). The whole batch order (all epochs) is fixed up front
 from the seed, and every ``checkpoint_every`` steps the trainable weights, optimizer, scheduler, RNG
 states and loss curve are written atomically to ``work_dir``, so a killed job restarted with the
 same arguments continues from its last checkpoint and ends where an uninterrupted run ends.
@@ -16,6 +17,7 @@ import random
 import shutil
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -24,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..progress import progress
+from ..throughput import Throughput
 from .. import events
 from .config import TrainConfig
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
@@ -73,7 +76,7 @@ def latest_checkpoint(work_dir: Path) -> Path | None:
 
 
 def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, scheduler, losses: list[float],
-                     history: list[dict[str, float]]) -> None:
+                     history: list[dict[str, float]], dev: dict[str, Any] | None = None) -> None:
     """Rank 0 writes it (the weights are the same everywhere), with every rank's RNG state."""
     rng = gather_objects(_rng_state())
     if not is_main():
@@ -84,7 +87,7 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
     tmp.mkdir(parents=True)
     torch.save({"model": _trainable_state(module), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "rng": rng[0] if len(rng) == 1 else rng}, tmp / "state.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses, "history": history}))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "losses": losses, "history": history, "dev": dev}))
     final = work_dir / f"step-{step}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -94,20 +97,113 @@ def _save_checkpoint(work_dir: Path, step: int, module: nn.Module, optimizer, sc
     barrier()
 
 
+LOG_EVERY = 10  # steps whose figures are read back from the device at once: one host sync per window, not per step
+
+
+@dataclass
+class Trained:
+    """What a training hands back (from a data-parallel process too): the loss per step, the dev curve when one
+    was watched, and the throughput of its steps."""
+
+    losses: list[float]
+    dev: dict[str, Any] | None = None
+    throughput: dict[str, Any] | None = None
+
+
+class DevWatch:
+    """Early stopping: the objective on the dev split after each epoch, the best epoch's trainable weights kept in
+    the work folder (``best.pt``), and the count of epochs since the last improvement by more than ``min_delta``."""
+
+    def __init__(self, evaluate: Callable[[], float], patience: int, min_delta: float, work_dir: Path):
+        self.evaluate, self.patience, self.min_delta = evaluate, patience, min_delta
+        self.best_file = work_dir / "best.pt"
+        self.curve: list[float] = []
+        self.best_epoch = 0
+        self.stopped = False
+
+    def state(self) -> dict[str, Any]:
+        return {"curve": self.curve, "best_epoch": self.best_epoch, "stopped": self.stopped}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.curve, self.best_epoch = list(state["curve"]), int(state["best_epoch"])
+            self.stopped = bool(state.get("stopped"))
+
+    @property
+    def best(self) -> float:
+        return self.curve[self.best_epoch - 1] if self.best_epoch else float("-inf")
+
+    def epoch_end(self, module: nn.Module) -> bool:
+        """Score the epoch just ended; keep its weights when it beats the best by more than ``min_delta``; whether
+        training should stop (``patience`` epochs without such an improvement)."""
+        was = module.training
+        module.eval()
+        score = float(self.evaluate())
+        module.train(was)
+        self.curve.append(round(score, 6))
+        if score > self.best + self.min_delta or not self.best_epoch:
+            self.best_epoch = len(self.curve)
+            if is_main():
+                tmp = self.best_file.with_suffix(".tmp")
+                torch.save(_trainable_state(module), tmp)
+                os.replace(tmp, self.best_file)
+            barrier()
+        self.stopped = len(self.curve) - self.best_epoch >= self.patience
+        return self.stopped
+
+    def keep_best(self, module: nn.Module) -> None:
+        """Load the best epoch's weights (the model a stopped training publishes)."""
+        if self.best_epoch and self.best_file.exists():
+            module.load_state_dict(torch.load(self.best_file, weights_only=False), strict=False)
+
+    def record(self, objective: str, epochs: int) -> dict[str, Any]:
+        return {"objective": objective, "curve": self.curve, "epoch_kept": self.best_epoch,
+                "epochs_run": len(self.curve), "max_epochs": epochs,
+                "stopped_early": len(self.curve) < epochs, "patience": self.patience, "min_delta": self.min_delta}
+
+
+def set_attention_dropout(module: nn.Module, p: float | None) -> None:
+    """Dropout on the attention probabilities while training (``train.attention_dropout``; None leaves the
+    checkpoint's): BERT's attention modules hold an ``nn.Dropout``, Llama/Qwen's a float. Why 0 for MiniLM: its 0.1
+    keeps PyTorch's fused attention off, so a CPU training step spends 44 % in the unfused path, the mask's random
+    draws alone 20 % (``reports/perf/train_memory.md``); the papers' Qwen3 models train without it."""
+    if p is None:
+        return
+    for sub in module.modules():
+        if not type(sub).__name__.endswith("Attention"):
+            continue
+        if isinstance(getattr(sub, "dropout", None), nn.Dropout):
+            sub.dropout.p = p
+        if isinstance(getattr(sub, "attention_dropout", None), float):
+            sub.attention_dropout = p
+
+
+def autocast_for(cfg: TrainConfig):
+    """bf16 autocast on CUDA, and on the CPU where ``train.precision`` says bf16 (native bf16 units); else fp32."""
+    if torch.cuda.is_available():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", dtype=torch.bfloat16) if cfg.precision == "bf16" else nullcontext()
+
+
 def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]], Tensor], cfg: TrainConfig,
           work_dir: Path, desc: str = "train", backpropagates: bool = False,
-          terms: Callable[[], dict[str, float]] = dict) -> list[float]:
+          terms: Callable[[], dict[str, Any]] = dict, meter: Throughput | None = None,
+          watch: DevWatch | None = None) -> list[float]:
     """Optimise ``module`` over ``n_items`` examples; ``compute_loss(indices)`` returns a batch's loss
     (``backpropagates``: having put its gradients into the parameters itself, as cached-gradient steps do; under
     data-parallel training the ranks' gradients are then summed). Returns the per-step loss curve (including
     steps done before a resume). Every step's loss, the loss's own ``terms()``, learning rate, gradient norm,
     examples/s and (CUDA) peak memory go to the stage's observers (:mod:`skillrouter.events`), numbered
-    from 1; they are kept in the checkpoint, and a resumed training first replays the steps it restored, so
-    its run holds the whole curve whatever a killed attempt managed to write."""
+    from 1, read back from the device every :data:`LOG_EVERY` steps (one host sync per window); they are kept in
+    the checkpoint, and a resumed training first replays the steps it restored, so its run holds the whole curve
+    whatever a killed attempt managed to write. ``meter`` gets the steps' wall time (its tokens are counted by the
+    model's forward passes). ``watch``: early stopping on the dev split (:class:`DevWatch`), ``cfg.epochs`` then a
+    maximum; the best epoch's weights are what the module holds when this returns."""
     from transformers import get_cosine_schedule_with_warmup
 
     work_dir.mkdir(parents=True, exist_ok=True)
     steps = epoch_batches(n_items, cfg)
+    per_epoch = max(1, math.ceil(n_items / cfg.batch_size))
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * len(steps)), len(steps))
@@ -122,40 +218,72 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         _set_rng_state(rng[rank_world()[0]] if isinstance(rng, list) else rng)
         meta = json.loads((ckpt / "state.json").read_text())
         start, losses, history = meta["step"], meta["losses"], meta.get("history", [])
+        if watch is not None:
+            watch.restore(meta.get("dev"))
         log.info("%s: resuming from %s (step %d of %d)", desc, ckpt, start, len(steps))
         for n, figures in enumerate(history, start=1):
             events.log_step(figures, n)
     cuda = torch.cuda.is_available()
-    if cuda and hasattr(module, "gradient_checkpointing_enable"):
+    if cuda and cfg.gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
         module.gradient_checkpointing_enable()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+    autocast = autocast_for(cfg)
     module.train()
     bar = progress(len(steps), desc, "steps", cfg.show_progress and is_main(), initial=start)
-    for step in range(start, len(steps)):
+    window: list[tuple[int, Tensor, Tensor, float, dict[str, Any]]] = []
+    window_t0 = time.perf_counter()
+
+    def flush() -> None:
+        """Read the window's figures back from the device (one sync) and report them."""
+        nonlocal window_t0
+        if not window:
+            return
+        elapsed = time.perf_counter() - window_t0
+        rate = sum(len(steps[n]) for n, *_ in window) / elapsed if elapsed else None
+        for n, loss, grad_norm, lr, parts in window:
+            losses.append(round(float(loss), 6))
+            if is_main():
+                figures = {"train/loss": losses[-1], **{f"train/{k}": float(v) for k, v in parts.items()}, "train/lr": lr,
+                           "train/grad_norm": float(grad_norm), "train/examples_per_s": rate,
+                           "train/epoch": n * cfg.epochs / len(steps)}
+                if cuda:
+                    figures["train/peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+                history.append(figures)
+                events.log_step(figures, n + 1)
+        bar.set_postfix(loss=losses[-1])
+        window.clear()
+        window_t0 = time.perf_counter()
+
+    stop = False
+    for step in range(start, len(steps) if watch is None or not watch.stopped else start):
         t0 = time.perf_counter()
         with autocast:
             loss = compute_loss(steps[step])
         if not backpropagates:
             loss.backward()
         sum_gradients(params)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 6))
-        bar.set_postfix(loss=losses[-1])
+        window.append((step, loss.detach(), grad_norm.detach(), lr, dict(terms())))
         bar.update()
-        if is_main():
-            figures = {"train/loss": losses[-1], **{f"train/{k}": v for k, v in terms().items()}, "train/lr": lr,
-                       "train/grad_norm": grad_norm, "train/examples_per_s": len(steps[step]) / (time.perf_counter() - t0),
-                       "train/epoch": step * cfg.epochs / len(steps)}
-            if cuda:
-                figures["train/peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
-            history.append(figures)
-            events.log_step(figures, step + 1)
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps):
-            _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history)
+        epoch_end = (step + 1) % per_epoch == 0 or step + 1 == len(steps)
+        if len(window) >= LOG_EVERY or epoch_end or (step + 1) % cfg.checkpoint_every == 0:
+            flush()
+        if meter is not None:
+            meter.seconds += time.perf_counter() - t0
+        if watch is not None and epoch_end:
+            stop = watch.epoch_end(module)
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps) or (watch is not None and epoch_end) or stop:
+            _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history,
+                             watch.state() if watch is not None else None)
+        if stop:
+            log.info("%s: dev %s flat for %d epochs; stopping after epoch %d, keeping epoch %d", desc,
+                     watch.curve, watch.patience, len(watch.curve), watch.best_epoch)
+            break
     bar.close()
+    if watch is not None:
+        watch.keep_best(module)
     module.eval()
     return losses

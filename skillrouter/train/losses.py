@@ -62,7 +62,7 @@ class MultiPositiveInfoNCELoss(nn.Module):
     def __init__(self, temperature: float = 1 / 30, sibling_weight: float = 0.25):
         super().__init__()
         self.temperature, self.sibling_weight = temperature, sibling_weight
-        self.terms: dict[str, float] = {}  # the last call's two terms, for the training curves
+        self.terms: dict[str, Tensor | float] = {}  # the last call's two terms (detached: read when the curve is logged)
 
     def forward(self, query: Tensor, candidates: Tensor, positive: Tensor, siblings: Tensor,
                 exclude: Tensor | None = None) -> Tensor:
@@ -72,7 +72,7 @@ class MultiPositiveInfoNCELoss(nn.Module):
         dropped = (exclude & ~pos & ~siblings) if exclude is not None else torch.zeros_like(pos)
         base = logits.masked_fill(dropped, float("-inf"))
         main = F.cross_entropy(base.masked_fill(siblings, float("-inf")), positive)
-        self.terms = {"loss_main": float(main.detach()), "loss_sibling": 0.0}
+        self.terms = {"loss_main": main.detach(), "loss_sibling": 0.0}
         if not siblings.any() or self.sibling_weight == 0:
             return main
         negatives_only = base.masked_fill(siblings | pos, float("-inf"))  # [B, C]
@@ -84,7 +84,7 @@ class MultiPositiveInfoNCELoss(nn.Module):
         counts = siblings.sum(dim=1)
         has = counts > 0
         sibling_term = (per_row[has] / counts[has]).mean()
-        self.terms["loss_sibling"] = float(sibling_term.detach())
+        self.terms["loss_sibling"] = sibling_term.detach()
         return main + self.sibling_weight * sibling_term
 
 

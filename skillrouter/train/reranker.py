@@ -27,10 +27,11 @@ from torch import Tensor
 
 from ..rerank.scorers import PairScorer
 from ..rerank.spec import RerankerSpec
+from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import TrainConfig
-from .loop import set_seed, train
+from .loop import Trained, set_attention_dropout, set_seed, train
 from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
 from ..data.pairs import TrainExample
 
@@ -129,14 +130,19 @@ def list_batch(batch: list[CandidateList], skill_texts: dict[str, str], loss_nam
 
 
 def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: dict[str, str], loss: dict,
-                   cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[PairScorer, list[float]]:
-    """Train and save the scorer (or its LoRA adapter) to ``out_dir``; return ``(scorer, loss_curve)``.
-    ``cfg.mini_batch``: pairs per forward pass, the loss still over whole lists (cached gradients)."""
+                   cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[PairScorer, Trained]:
+    """Train and save the scorer (or its LoRA adapter) to ``out_dir``; return ``(scorer, what the training did)``.
+    ``cfg.mini_batch``: pairs per forward pass, the loss still over whole lists (cached gradients). Every query and
+    skill text is tokenised once, before the first step (:meth:`PairScorer.warm`)."""
     set_seed(cfg.seed)
     lora = {"r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout} if cfg.lora else None
     scorer = PairScorer(spec, lora=lora)
     scorer.model.float()
+    set_attention_dropout(scorer, cfg.attention_dropout)
     loss_fn = make_loss(loss, lists)
+    scorer.warm(list(dict.fromkeys([b.query for b in lists] + [skill_texts[c] for b in lists for c in b.ids])))
+    meter = Throughput(flops=model_flops(scorer), passes=3)
+    scorer.meter = meter
 
     def score(pairs) -> Tensor:
         return scorer([q for q, _ in pairs], [d for _, d in pairs])
@@ -150,12 +156,13 @@ def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: 
         return loss_of(score(pairs))
 
     losses = train(scorer, len(lists), compute_loss, cfg, work_dir, desc=f"train reranker ({loss['name']})",
-                   backpropagates=caching)
+                   backpropagates=caching, meter=meter)
+    scorer.meter = None
     if is_main():
         scorer.save(out_dir)
-    return scorer, losses
+    return scorer, Trained(losses, throughput=meter.record())
 
 
-def train_reranker_losses(*args) -> list[float]:
-    """:func:`train_reranker`'s loss curve (what a data-parallel process hands back)."""
+def train_reranker_run(*args) -> Trained:
+    """What :func:`train_reranker` did (what a data-parallel process hands back)."""
     return train_reranker(*args)[1]

