@@ -88,7 +88,10 @@ def test_a_dev_chosen_weight_never_reads_the_test_split(tmp_path):
     assert weight.inputs["retrieval"].key == one.named["retrieve_dev"].key != one.named["retrieve"].key
     assert weight.inputs["scores"].key == one.named["score_pairs_dev"].key != one.named["score_pairs"].key
     fixed = _graph(tmp_path, [{"id": "t1", "query": "thing 1", "gt": ["s1"]}], ["fusion.alpha=0.3"])
-    assert "fusion_weight" not in fixed.named and "dev_split" not in fixed.named  # a given weight needs no dev split
+    assert "fusion_weight" not in fixed.named  # a given weight is chosen on nothing
+    plain = _graph(tmp_path, [{"id": "t1", "query": "thing 1", "gt": ["s1"]}],
+                   ["fusion.alpha=0.3", "reranker.train.early_stopping=null"])
+    assert "dev_split" not in plain.named  # nor needs a dev split, once no training stops early on one
     # the dev split is held out of every training of an alpha=dev cell (its weight is chosen on unseen queries)
     assert one.named["dev_split"].key in {s.key for s in walk([one.named["train_reranker"]])}
 

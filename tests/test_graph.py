@@ -140,7 +140,9 @@ def test_job_units_keep_cpu_stages_off_gpus_and_group_what_follows_in_one_job(ce
     jobs = sorted([s.kind for s in u.stages] for u in units)
     assert jobs == sorted([["embed_pool", "retrieve"],  # a dense retrieval follows the pool embedding it reads
                            ["retrieve"], ["mine_negatives"],  # BM25 and mining: CPU jobs
-                           ["train_encoder", "embed_pool", "retrieve", "retrieve"],  # the only one waiting for it
+                           # the only one waiting for it: the benchmark's queries, the reranker's training candidates
+                           # and the dev queries its early stopping reorders, all in the training pool's one embedding
+                           ["train_encoder", "embed_pool", "retrieve", "retrieve", "retrieve"],
                            ["train_reranker", "score_pairs"], ["train_reranker", "score_pairs"]])
     every = {s.key for s in walk([g.sink for g in graphs.values()]) if not s.virtual}
     assert {s.key for u in units for s in u.stages} <= every  # cheap CPU stages run inside the jobs that read them
@@ -255,7 +257,9 @@ def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, 
     lines = sum(1 for line in (cache.entry(pairs.inputs["pairs"].kind, pairs.inputs["pairs"].key)
                                / pairs.params["files"]["pairs"]).read_text().splitlines() if line.strip())
     encoder = by_kind["train_encoder"]
-    assert encoder.estimated == "reference" and encoder.estimate_s == pytest.approx(REFERENCE_RATES["train_encoder"] * lines, abs=0.1)
+    epochs = encoder.stage.params["train"]["epochs"]  # at most: early stopping may end it sooner
+    assert encoder.estimated == "reference"
+    assert encoder.estimate_s == pytest.approx(REFERENCE_RATES["train_encoder"] * lines * epochs, abs=0.1)
     assert by_kind["train_reranker"].estimated == "reference"
     assert all(p.estimate_s is not None for p in plan.to_build() if p.stage.resource == "gpu")
     assert "gpu_unestimated" not in plan.totals()
@@ -269,3 +273,32 @@ def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, 
     assert [p.stage.kind for p in plan.to_build() if p.stage.resource == "gpu" and p.estimate_s is None] == ["train_encoder"]
     n, total = plan.totals()["gpu_to_build"], render(plan, full=False)
     assert f"to build {n} gpu (~" in total and f" s for {n - 1} of {n}; 1 never built of their kind)" in total, total
+
+
+def test_trainings_stop_early_on_the_dev_split_and_never_on_the_test_queries(cells):
+    """By default a trained encoder and reranker watch the dev split (held out of their pairs): the reranker reads its
+    queries' first-stage rankings from the training pool, never the benchmark's; `early_stopping=null` trains every
+    epoch on every pair, with the keys it would have without the rule."""
+    cell = cells([("encoder=trained", "reranker=trained")])[0][0]
+    named = cell.named
+    for name in ("train_encoder", "train_reranker"):
+        stage = named[name]
+        assert stage.inputs["dev"].kind == "dev_split" and stage.inputs["pairs"].key == named["dev_split"].key, name
+        assert stage.params["early_stopping"]["patience"] >= 1 and stage.params["objective"] == "mrr@10", name
+    dev_candidates = named["train_reranker"].inputs["dev_candidates"]
+    assert dev_candidates.inputs["data"].kind == "dev_split"
+    ranked = [s for s in walk([named["train_reranker"]]) if s.kind == "retrieve" and s.params["queries"] == "benchmark"]
+    assert ranked and all(s.inputs["data"].kind == "dev_split" for s in ranked)  # no test query is ever ranked for it
+    plain = cells([("encoder=trained", "reranker=trained", "encoder.train.early_stopping=null",
+                     "reranker.train.early_stopping=null")])[0][0]
+    assert "dev_split" not in plain.named and "early_stopping" not in plain.named["train_reranker"].params
+    assert "dev" not in plain.named["train_reranker"].inputs
+
+
+def test_pseudo_queries_pretrain_the_reranker_from_the_training_pool(cells):
+    cell = cells([("encoder=minilm", "reranker=trained", "reranker.pretrain.epochs=1", "reranker.distill.weight=0.5")])[0][0]
+    stage = cell.named["train_reranker"]
+    assert stage.inputs["pretrain_pairs"].kind == "pseudo_queries" and stage.params["pretrain"] == {"epochs": 1}
+    assert stage.inputs["pretrain_candidates"].inputs["pairs"].kind == "pseudo_queries"
+    assert stage.params["distill"] == {"weight": 0.5, "temperature": 0.05}
+    assert cell.named["pseudo_queries"].inputs["dev"].kind == "dev_split"  # dev skills stay unseen, as the test's

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from skillrouter.train.losses import (GradedListNetLoss, InfoNCELoss, ListwiseLoss, MultiPositiveInfoNCELoss,
-                                      PointwiseLoss)
+from skillrouter.train.losses import (GradedListNetLoss, InfoNCELoss, ListwiseLoss, MarginMSELoss,
+                                      MultiPositiveInfoNCELoss, PointwiseLoss)
 
 Q = torch.tensor([[1.0, 0.0]])
 C = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # cosines with Q: 1, 0.6, 0
@@ -86,3 +86,22 @@ def test_a_balanced_pos_weight_is_the_lists_negatives_per_positive():
     lists = [CandidateList("q", ("a", "b", "c", "d"), (1.0, 0.0, 0.0, 0.0)), CandidateList("r", ("a", "b"), (1.0, 0.0))]
     assert pos_weight({"name": "pointwise", "pos_weight": "balanced"}, lists) == pytest.approx(4 / 2)
     assert pos_weight({"name": "pointwise", "pos_weight": 1}, lists) == 1.0
+
+
+def test_margin_mse_by_hand():
+    """Student margins (2 - 1, 2 - 0.5) against the teacher's (cos 0.9 - 0.7, 0.9 - NaN) / tau 0.1: one pair counts."""
+    scores = torch.tensor([[2.0, 1.0, 0.5]])
+    teacher = torch.tensor([[0.9, 0.7, float("nan")]])
+    got = MarginMSELoss(temperature=0.1)(scores, teacher, torch.tensor([0]))
+    assert got.item() == pytest.approx((1.0 - 2.0) ** 2, rel=1e-6)
+    both = MarginMSELoss(temperature=0.1)(scores.repeat(2, 1), torch.tensor([[0.9, 0.7, 0.8], [0.5, 0.6, 0.5]]),
+                                          torch.tensor([0, 1]))
+    pairs = [(1.0 - 2.0) ** 2, (1.5 - 1.0) ** 2, ((1.0 - 2.0) - (0.6 - 0.5) * 10) ** 2, ((1.0 - 0.5) - (0.6 - 0.5) * 10) ** 2]
+    assert both.item() == pytest.approx(sum(pairs) / 4, rel=1e-5)
+
+
+def test_margin_mse_without_a_scored_pair_is_zero_and_keeps_the_graph():
+    scores = torch.tensor([[2.0, 1.0]], requires_grad=True)
+    got = MarginMSELoss()(scores, torch.tensor([[float("nan"), 0.3]]), torch.tensor([0]))
+    got.backward()
+    assert got.item() == 0.0 and scores.grad is not None

@@ -459,7 +459,8 @@ def test_a_training_stage_over_two_tasks_trains_the_one_process_model(slurm_env,
 
     tiny = build_tiny_qwen3(tmp_path / "qwen3")  # no dropout: two ranks then draw what one process draws
     grid = ("encoder=trained", "encoder@encoder.base=qwen3_emb_0.6b", f"encoder.base.model={tiny}",
-            "encoder.base.max_seq_length=64", "encoder.train.batch_size=8")
+            "encoder.base.max_seq_length=64", "encoder.train.batch_size=8",
+            "encoder.train.precision=fp32")  # an identity of the math: fp32 on both sides (bf16 rounds shares apart)
     two = launch(slurm_env, tmp_path / "two", tmp_path / "c2", *grid, "+hydra.launcher.resources.kinds.train_encoder.tasks_per_node=2")
     assert two.returncode == 0, two.stdout[-3000:]
     one = launch(slurm_env, tmp_path / "one", tmp_path / "c1", *grid, slurm=False)

@@ -410,3 +410,44 @@ def test_no_training_step_tokenises_and_bf16_steps_learn(tiny, tmp_path, monkeyp
     n = len(trained.losses) // 4
     assert np.mean(trained.losses[-n:]) < np.mean(trained.losses[:n])
     assert trained.throughput["passes"] == 3 and trained.throughput["tokens"] > 0
+
+
+def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
+    """The dev curve 0.2, 0.5, 0.5, 0.45 with patience 2 stops after epoch 4 of 8 and the module holds epoch 2's
+    weights; a run killed after epoch 3 resumes to the same curve and weights; a curve within one standard error of
+    its best everywhere is flat."""
+    import torch
+
+    from skillrouter.train.config import EarlyStopping
+
+    scripted = {1: [0.2] * 4, 2: [0.5] * 4, 3: [0.5, 0.5, 0.5, 0.5], 4: [0.45] * 4}
+
+    def run(work, die_after=None):
+        torch.manual_seed(0)
+        module, x = torch.nn.Linear(3, 1), torch.randn(8, 3)
+        seen: dict[int, torch.Tensor] = {}
+
+        def evaluate(m):
+            epoch = len(watch.curve) + 1
+            seen[epoch] = m.weight.detach().clone()
+            if die_after is not None and epoch > die_after:
+                raise KeyboardInterrupt("killed")
+            return scripted.get(epoch, [0.0] * 4)
+
+        watch = loop.watching(evaluate, EarlyStopping(patience=2), work)
+        cfg = TrainConfig(epochs=8, batch_size=4, lr=1e-1, checkpoint_every=100, show_progress=False)
+        loop.train(module, 8, lambda idx: module(x[list(idx)]).pow(2).mean(), cfg, work, watch=watch)
+        return module, watch, seen
+
+    module, watch, seen = run(tmp_path / "w1")
+    assert watch.record(8)["curve"] == [0.2, 0.5, 0.5, 0.45] and watch.best_epoch == 2 and watch.stopped
+    assert torch.equal(module.weight.detach(), seen[2]) and not torch.equal(seen[4], seen[2])
+    record = watch.record(8)
+    assert (record["epoch_kept"], record["epochs_run"], record["stopped_early"], record["flat"]) == (2, 4, True, False)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "w2", die_after=3)
+    resumed, again, _ = run(tmp_path / "w2")
+    assert again.curve == watch.curve and torch.equal(resumed.weight.detach(), module.weight.detach())
+    scripted.update({1: [0.4, 0.6], 2: [0.5, 0.5], 3: [0.45, 0.5], 4: [0.5, 0.48]})  # every epoch within one s.e. of 0.5
+    _, flat, _ = run(tmp_path / "w3")
+    assert flat.record(8)["flat"]

@@ -28,7 +28,8 @@ from .conftest import ROOT, write_jsonl
 TINY = {"seed": 0, "n_domains": 3, "techs_per_domain": 2, "siblings": 3, "eval_siblings": 1, "n_multi": 3, "train_techs": 1}
 STUDY = ["data=tiny", "encoder=trained", "reranker=trained", "eval.split=dev", "hydra/sweeper=optuna",
          "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-         "reranker.train.lr=tag(log,interval(1e-5,1e-3))", "reranker.list_size=4", "tracking=wandb"]
+         "reranker.train.lr=tag(log,interval(1e-5,1e-3))", "reranker.list_size=4", "tracking=wandb",
+         "encoder.train.epochs=1", "reranker.train.epochs=1"]  # one epoch each (early stopping still scores it on dev)
 
 
 def _command(tmp_path: Path, *overrides: str, multirun: bool = True) -> list[str]:
@@ -101,15 +102,16 @@ def test_a_study_shares_the_encoder_resumes_after_a_kill_and_scores_its_best_tri
     trials = {n: _metrics(sweep / str(n)) for n in states["COMPLETE"]}
     study = optuna.load_study(study_name="study", storage=storage)
     for n, m in trials.items():  # each trial's cell is its trial number, scored on the dev split it records
-        assert m["status"] == "completed" and m["n_queries"] == 2
+        assert m["status"] == "completed" and m["n_queries"] == 10  # the built-in data's dev queries
         assert m["split"] == trials[0]["split"]
         assert m["metrics"]["mrr@10"] == pytest.approx(study.trials[n].value)
         assert float(json.loads((sweep / str(n) / "provenance.json").read_text())["config"]["reranker"]["train"]["lr"]) \
             == pytest.approx(study.trials[n].params["reranker.train.lr"])
     split = trials[0]["split"]
     assert split["scored"] == "dev" and split["allow_test_tuning"] is False
-    assert {k: split["dev"][k] for k in ("source", "share", "seed", "unit", "n_queries", "held_out_examples")} == \
-        {"source": "share", "share": 0.1, "seed": 0, "unit": "skill", "n_queries": 2, "held_out_examples": 2}
+    assert {k: split["dev"][k] for k in ("source", "n_queries", "held_out_examples")} == \
+        {"source": "file", "n_queries": 10, "held_out_examples": 0}  # dev families' queries: none is a training pair
+    assert split["dev"]["file"].endswith("dev_queries.jsonl")
     encoders = {m["stages"]["train_encoder"]["key"] for m in trials.values()}
     assert len(encoders) == 1  # tuning the reranker's lr trained the encoder once, in the first batch
     assert [n for n, m in trials.items() if not m["stages"]["train_encoder"]["cached"]] == [0]
@@ -141,7 +143,7 @@ def test_a_study_shares_the_encoder_resumes_after_a_kill_and_scores_its_best_tri
     assert row["trials"] == "4/6" and row["best trial"] == best["number"]
     assert row["mrr@10 (objective)"] == pytest.approx(100 * best["value"])
     assert row["test mrr@10"] == pytest.approx(100 * tested["metrics"]["mrr@10"])
-    assert row["split"] == "dev: 2 queries (0.1 of training positive skills, seed 0)"
+    assert row["split"] == "dev: 10 queries (file dev_queries.jsonl)"
 
 
 @pytest.mark.slow

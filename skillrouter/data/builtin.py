@@ -16,7 +16,11 @@ oracle description narrows the family to an operation, the body to the skill), a
 of *training families* (one more technology per domain) that no query touches. Training on siblings of the
 evaluated families taught a reranker their names: every top-20 held the trained siblings, ranked above the GT (a
 pointwise reranker put them first in 46 of 60 queries, Hit@1 0.03, below chance); on families of their own the
-pairs teach what transfers — the operations' and objects' paraphrases, the templates, the skill format.
+pairs teach what transfers — the operations' and objects' paraphrases, the templates, the skill format. And dev
+queries (``dev_queries``) of the benchmark's kind — its templates, paraphrase and all — on *dev families* (a
+technology of their own per domain, in the pool, in no training pair): a dev split as hard as the test, where one
+carved from the training pairs (their own templates, their skills' siblings trained on) is far easier and can choose
+nothing (a fusion weight's dev curve was flat at every α).
 
     python -m skillrouter.data.builtin --out DIR [--seed 0]
 """
@@ -31,21 +35,21 @@ from .jsonl import atomic_write_jsonl
 
 DOMAINS: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
     # domain: (technologies, [(object, synonym)])
-    "spreadsheet": (["excel", "csv", "sheets", "libreoffice"], [("worksheets", "tabs"), ("pivot tables", "summary grids"),
+    "spreadsheet": (["excel", "csv", "sheets", "libreoffice", "airtable"], [("worksheets", "tabs"), ("pivot tables", "summary grids"),
                                                 ("cell formulas", "calculations"), ("invoices", "bills")]),
-    "database": (["postgres", "sqlite", "mongodb", "mysql"], [("tables", "relations"), ("query logs", "statement history"),
+    "database": (["postgres", "sqlite", "mongodb", "mysql", "duckdb"], [("tables", "relations"), ("query logs", "statement history"),
                                                     ("indexes", "lookup structures"), ("migrations", "schema changes")]),
-    "scraping": (["playwright", "scrapy", "httpx", "beautifulsoup"], [("product pages", "shop listings"), ("sitemaps", "url lists"),
+    "scraping": (["playwright", "scrapy", "httpx", "beautifulsoup", "selenium"], [("product pages", "shop listings"), ("sitemaps", "url lists"),
                                                     ("cookies", "session tokens"), ("html tables", "markup grids")]),
-    "imaging": (["pillow", "opencv", "imagemagick", "gimp"], [("photos", "pictures"), ("thumbnails", "preview images"),
+    "imaging": (["pillow", "opencv", "imagemagick", "gimp", "krita"], [("photos", "pictures"), ("thumbnails", "preview images"),
                                                      ("scanned receipts", "paper slips"), ("sprites", "icon sheets")]),
-    "audio": (["ffmpeg", "whisper", "sox", "audacity"], [("podcasts", "episodes"), ("voice memos", "recordings"),
+    "audio": (["ffmpeg", "whisper", "sox", "audacity", "librosa"], [("podcasts", "episodes"), ("voice memos", "recordings"),
                                             ("music stems", "instrument tracks"), ("subtitles", "captions")]),
-    "deployment": (["docker", "kubernetes", "terraform", "ansible"], [("containers", "images"), ("manifests", "descriptors"),
+    "deployment": (["docker", "kubernetes", "terraform", "ansible", "helm"], [("containers", "images"), ("manifests", "descriptors"),
                                                           ("secrets", "credentials"), ("clusters", "node groups")]),
-    "documents": (["markdown", "latex", "pandoc", "asciidoc"], [("reports", "write-ups"), ("bibliographies", "reference lists"),
+    "documents": (["markdown", "latex", "pandoc", "asciidoc", "typst"], [("reports", "write-ups"), ("bibliographies", "reference lists"),
                                                    ("slides", "presentations"), ("manuscripts", "drafts")]),
-    "messaging": (["slack", "email", "telegram", "discord"], [("threads", "conversations"), ("attachments", "enclosures"),
+    "messaging": (["slack", "email", "telegram", "discord", "matrix"], [("threads", "conversations"), ("attachments", "enclosures"),
                                                   ("mailing lists", "subscriber groups"), ("notifications", "alerts")]),
 }
 
@@ -80,7 +84,7 @@ TRAIN_TEMPLATES = [
     "Help me {syn} our {osyn} in {tech}.",
 ]
 MULTI_TEMPLATE = "First {verb} the {obj} in {tech} {domain}, then {verb2} the {obj2} with {tech2}."
-FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs")
+FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs", "dev_queries")
 FILLER = [
     "Prefer small, reversible steps and keep a log of every change.",
     "Ask before overwriting files that already exist.",
@@ -136,26 +140,30 @@ def _record(s: _Sibling, rng: random.Random, source: str = "builtin") -> dict[st
 
 def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_domain: int = 3,
              siblings: int = 4, eval_siblings: int = 2, n_multi: int = 12, train_techs: int = 1,
-             train_templates: int = len(TRAIN_TEMPLATES)) -> dict[str, Path]:
-    """Write pool/queries/distractors/oracle_nd/train_pairs JSONL files under ``out_dir``: ``techs_per_domain``
-    evaluated families per domain (their first ``eval_siblings`` siblings queried) and ``train_techs`` training
-    families per domain (every sibling a training positive in ``train_templates`` wordings, none ever a query's
-    label or in its family)."""
+             train_templates: int = len(TRAIN_TEMPLATES), dev_techs: int = 1) -> dict[str, Path]:
+    """Write pool/queries/distractors/oracle_nd/train_pairs/dev_queries JSONL files under ``out_dir``:
+    ``techs_per_domain`` evaluated families per domain (their first ``eval_siblings`` siblings queried),
+    ``train_techs`` training families per domain (every sibling a training positive in ``train_templates`` wordings,
+    none ever a query's label or in its family) and ``dev_techs`` dev families per domain (every sibling queried with
+    the benchmark's templates, and multi-skill queries as its, in ``dev_queries``)."""
     if not 0 < eval_siblings <= siblings or siblings + eval_siblings > len(SUFFIXES):
         raise ValueError(f"need 0 < eval_siblings <= siblings and siblings + eval_siblings <= {len(SUFFIXES)}")
-    if techs_per_domain + train_techs > min(len(t) for t, _ in DOMAINS.values()):
-        raise ValueError("techs_per_domain + train_techs exceeds the technologies of a domain")
+    if techs_per_domain + train_techs + dev_techs > min(len(t) for t, _ in DOMAINS.values()):
+        raise ValueError("techs_per_domain + train_techs + dev_techs exceeds the technologies of a domain")
     rng = random.Random(seed)
     out = Path(out_dir)
     families: list[list[_Sibling]] = []
     training_families: list[list[_Sibling]] = []
+    dev_families: list[list[_Sibling]] = []
     for domain in list(DOMAINS)[:n_domains]:
         techs, objects = DOMAINS[domain]
-        for n, tech in enumerate(techs[:techs_per_domain + train_techs]):
-            (families if n < techs_per_domain else training_families).append(_family(tech, domain, objects, siblings, rng))
+        for n, tech in enumerate(techs[:techs_per_domain + train_techs + dev_techs]):
+            kind = families if n < techs_per_domain else training_families if n < techs_per_domain + train_techs \
+                else dev_families
+            kind.append(_family(tech, domain, objects, siblings, rng))
 
-    pool, oracle, queries, train = [], [], [], []
-    for fam in families + training_families:
+    pool, oracle, queries, train, dev = [], [], [], [], []
+    for fam in families + training_families + dev_families:
         for s in fam:
             pool.append(_record(s, rng))
             oracle.append({"id": s.id, "description": f"Use to {s.verb} {s.domain} data with {s.tech}."})
@@ -166,6 +174,15 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
             queries.append({"id": f"q{len(queries):03d}", "query": s.phrase(rng.choice(EVAL_TEMPLATES)),
                             "gt": [s.id], "grades": grades, "skip": [rng.choice(others)], "task_type": "single",
                             "domain": s.domain})
+    for fam in dev_families:
+        for s in fam:
+            dev.append({"id": f"d{len(dev):03d}", "query": s.phrase(rng.choice(EVAL_TEMPLATES)), "gt": [s.id],
+                        "task_type": "single", "domain": s.domain})
+    dev_skills = [s for fam in dev_families for s in fam]
+    for _ in range(max(1, n_multi // 2) if len(dev_skills) > 1 else 0):
+        a, b = rng.sample(dev_skills, 2)
+        text = MULTI_TEMPLATE.format(verb=a.verb, obj=a.obj, tech=a.tech, domain=a.domain, verb2=b.verb, obj2=b.obj, tech2=b.tech)
+        dev.append({"id": f"d{len(dev):03d}", "query": text, "gt": [a.id, b.id], "task_type": "multi", "domain": a.domain})
     for fam in training_families:
         for s in fam:
             others = [o.id for o in fam if o.id != s.id]
@@ -211,7 +228,7 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
                         "category": "general", "source": "builtin-hard"})
     rng.shuffle(pool)  # so ties between identical nd texts are not broken in the GT's favour
     paths = {name: out / f"{name}.jsonl" for name in FILES}
-    for name, records in zip(paths, (pool, queries, distractors, oracle, train)):
+    for name, records in zip(paths, (pool, queries, distractors, oracle, train, dev)):
         atomic_write_jsonl(paths[name], records)
     return paths
 

@@ -207,6 +207,9 @@ class CellRun:
         positives = training_positives(self.graph, cache, ordered, int(self.cfg.topk))
         if positives is not None:
             result["training_positives"] = positives
+        training = training_record(self.graph, cache)
+        if training:
+            result["training"] = training
         reordered = self.graph.named.get("rerank")
         if reordered is not None and "fusion" in reordered.params:  # the fusion applied, and where its weight came from
             result["fusion"] = cache.manifest(reordered.kind, reordered.key)["fusion"]
@@ -233,6 +236,19 @@ class CellRun:
             result["downstream"] = downstream_section(cache, downstream)
         scored.examples, scored.stages = examples, dict(self.graph.named)
         return scored
+
+
+def training_record(graph: CellGraph, cache: StageCache) -> dict[str, Any]:
+    """Per training stage of the cell: its loss's first and last step and, when it stopped early, its dev curve (the
+    objective per epoch, the epoch kept, whether the curve was flat)."""
+    out = {}
+    for name in ("train_encoder", "train_reranker"):
+        stage = graph.named.get(name)
+        if stage is None or not cache.is_complete(stage.kind, stage.key):
+            continue
+        manifest = cache.manifest(stage.kind, stage.key)
+        out[name] = {k: manifest[k] for k in ("loss_first", "loss_last", "dev") if k in manifest}
+    return out
 
 
 def code_record(stage: Stage) -> dict[str, Any]:

@@ -26,15 +26,15 @@ from ..retrieval.dense import EncoderSpec
 from ..agents.harbor import AgentSpec
 from ..agents.skill_sets import condition_label
 from ..stages.agents import agent_trials, skill_sets
-from ..stages.data import builtin_data, builtin_file, dev_split, load_data, train_pairs, training_subset
+from ..stages.data import builtin_data, builtin_file, dev_split, load_data, pseudo_pairs, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
 from ..stages.reranking import (BACKENDS, ONNX_BACKENDS, export_reranker, fusion_weight, judge_rerank, rerank,
                                 score_pairs)
 from ..stages.retrieval import embed_pool, export_onnx, retrieve_bm25, retrieve_dense
 from ..stages.synthesis import output, synthesis
-from ..stages.training import encoder_training, mine, reranker_training
+from ..stages.training import RerankerSignal, encoder_training, mine, reranker_training
 from ..synth.prompts import template
-from ..train.config import EncoderLoss, TrainConfig
+from ..train.config import EarlyStopping, EncoderLoss, TrainConfig
 from ..train.negatives import NegativeCounts
 from .sweep_configs import plain
 
@@ -100,8 +100,16 @@ def _plain(section: DictConfig) -> dict[str, Any]:
 
 
 def train_config(section: DictConfig, seed: int) -> TrainConfig:
-    """A ``train`` section as the trainers read it: the cell's seed, ``precision: auto`` resolved for this machine."""
-    return TrainConfig(**{**_plain(section), "seed": seed, "precision": resolve_precision(section.get("precision", "fp32"))})
+    """A ``train`` section as the trainers read it: the cell's seed, ``precision: auto`` resolved for this machine
+    (its ``early_stopping`` is :func:`early_stopping`'s)."""
+    plain_section = {k: v for k, v in _plain(section).items() if k != "early_stopping"}
+    return TrainConfig(**{**plain_section, "seed": seed, "precision": resolve_precision(section.get("precision", "fp32"))})
+
+
+def early_stopping(section: DictConfig) -> EarlyStopping | None:
+    """A trained preset's ``train.early_stopping`` (None: train every epoch of ``train.epochs``)."""
+    rule = section.train.get("early_stopping") if section.kind == "trained" else None
+    return EarlyStopping(**_plain(rule)) if rule else None
 
 
 def agent_spec(agent: DictConfig) -> AgentSpec:
@@ -135,8 +143,10 @@ def fusion_on_dev(cfg: DictConfig) -> bool:
 
 def holds_out_dev(cfg: DictConfig) -> bool:
     """Whether training leaves the dev split out: when the cell scores it, when (``data.hold_out_dev``) a model tuned
-    on it is scored on the test split, or when a fusion weight is chosen on it (``fusion.alpha=dev``)."""
-    return scored_split(cfg) == "dev" or bool(cfg.data.get("hold_out_dev")) or fusion_on_dev(cfg)
+    on it is scored on the test split, when a fusion weight is chosen on it (``fusion.alpha=dev``), or when a training
+    stops early on it."""
+    return (scored_split(cfg) == "dev" or bool(cfg.data.get("hold_out_dev")) or fusion_on_dev(cfg)
+            or any(early_stopping(section) for section in (cfg.encoder, cfg.reranker)))
 
 
 def _listed(value: Any) -> list[Any]:
@@ -266,16 +276,18 @@ class CellComposer:
         return self.record(role, pool), onnx
 
     def _retrieval(self, enc: DictConfig, data: Stage, subset: str, queries: str, k: int, pool_role: str,
-                   model: Stage | None = None) -> Stage:
-        """Top-k of ``data``'s pool with ``enc`` (BM25 or dense; ``model``: its fine-tuned weights)."""
+                   model: Stage | None = None, pairs: Stage | None = None, pool_data: Stage | None = None) -> Stage:
+        """Top-k of ``data``'s pool with ``enc`` (BM25 or dense; ``model``: its fine-tuned weights) for the benchmark's
+        queries, or the training queries (``pairs``: of that pairs stage, by default the training pairs);
+        ``pool_data``: a dataset with the same pool whose embedding to search (a dev split's, the training data's)."""
         text = encoder_text(self.cfg)
-        pairs = self.pairs() if queries == "training" else None
+        pairs = (pairs or self.pairs()) if queries == "training" else None
         if enc.kind == "bm25":
             return retrieve_bm25(_plain(enc), text, text, data, subset, k, queries, pairs, self.oracle())
         if enc.kind != "dense":
             raise ValueError(f"encoder.kind must be bm25, dense or trained, got {enc.kind!r}")
         spec = encoder_spec(enc)
-        pool, onnx = self._dense_pool(spec, data, subset, pool_role, model)
+        pool, onnx = self._dense_pool(spec, pool_data or data, subset, pool_role, model)
         return retrieve_dense(spec, text, pool, data, k, queries, pairs, model, onnx)
 
     def trained_encoder(self) -> Stage:
@@ -293,8 +305,10 @@ class CellComposer:
                                                             "training", pairs, self.oracle()))
         negatives = self.record("mine_negatives", mine(NegativeCounts(**enc.negatives), _plain(cfg.fn_filter), cfg.seed,
                                                        base, pairs, semantic, lexical, base_pool))
+        early = early_stopping(enc)
         training = encoder_training(spec, EncoderLoss(**enc.loss), train_config(enc.train, cfg.seed), text, text,
-                                    base, pairs, negatives, self.oracle())
+                                    base, pairs, negatives, self.oracle(), pairs if early else None, early,
+                                    str(cfg.objective))
         return self.record("train_encoder", training)
 
     def encoder(self) -> tuple[DictConfig, Stage | None]:
@@ -321,7 +335,7 @@ class CellComposer:
             model = self.record("train_reranker", reranker_training(
                 reranker_spec(rr.base), _plain(cfg.loss), train_config(rr.train, cfg.seed), rr.list_size,
                 str(rr.get("negatives", "candidates")), text,
-                base, self.pairs(), candidates, self.oracle()))
+                base, self.pairs(), candidates, self.oracle(), self._reranker_signal(rr, enc, enc_model, text)))
         spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
         backend = resolve_backend(str(rr.get("backend") or "torch"))
         if backend not in BACKENDS:
@@ -336,14 +350,36 @@ class CellComposer:
         weight = self._fusion_weight(spec, trained, text, model, run) if fusion_on_dev(cfg) else None
         return self.record("rerank", rerank(cfg.topk, scores, retrieval, fusion, weight))
 
+    def _reranker_signal(self, rr: DictConfig, enc: DictConfig, enc_model: Stage | None, text: TextSpec
+                         ) -> RerankerSignal:
+        """What the trained reranker learns from beyond its labelled lists (``reranker.pretrain``, ``reranker.distill``)
+        and the dev split it stops early on (``reranker.train.early_stopping``)."""
+        cfg = self.cfg
+        early, base = early_stopping(rr), self.base()
+        pretrain = _plain(rr.get("pretrain") or {})
+        pseudo = candidates = None
+        if pretrain.get("epochs"):
+            pseudo = self.record("pseudo_queries", pseudo_pairs(base, pretrain["sources"], int(pretrain["body_lines"]),
+                                                                 int(pretrain["max_chars"]),
+                                                                 self.pairs() if holds_out_dev(cfg) else None))
+            candidates = self.record("reranker_pretrain_candidates", self._retrieval(
+                enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model, pseudo))
+        return RerankerSignal(self.pairs() if early else None, self.dev_retrieval() if early else None, early,
+                              str(cfg.objective), text, pseudo, candidates, {"epochs": int(pretrain.get("epochs", 0))},
+                              _plain(rr.get("distill") or {}))
+
+    def dev_retrieval(self) -> Stage:
+        """The dev split's queries retrieved by the cell's first stage from the training pool (the training data's
+        embedding of it: the dev split holds the same skills)."""
+        enc, enc_model = self.encoder()
+        return self.record("retrieve_dev", self._retrieval(enc, self.pairs(), "all", "benchmark", self.cfg.retrieve_k,
+                                                           "embed_pool_dev", enc_model, pool_data=self.base()))
+
     def _fusion_weight(self, spec: RerankerSpec, trained: bool, text: TextSpec, model: Stage | None,
                        run: tuple[Stage | None, str]) -> Stage:
         """``fusion.alpha=dev``: the dev split's queries retrieved by the cell's first stage and their heads scored
         by its reranker, and the weight chosen on them."""
-        cfg, dev = self.cfg, self.pairs()
-        enc, enc_model = self.encoder()
-        retrieval = self.record("retrieve_dev", self._retrieval(enc, dev, "all", "benchmark", cfg.retrieve_k,
-                                                                "embed_pool_dev", enc_model))
+        cfg, dev, retrieval = self.cfg, self.pairs(), self.dev_retrieval()
         scores = self.record("score_pairs_dev", score_pairs(spec, trained, cfg.topk, text, text, retrieval, dev, model,
                                                             self.oracle(), *run))
         return self.record("fusion_weight", fusion_weight(cfg.topk, str(cfg.objective), retrieval, scores, dev))

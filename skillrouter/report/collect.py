@@ -46,7 +46,12 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     if status == "completed":
         row["fusion"] = row["fusion"] or "none"  # runs from before fusion: the reranker's order alone
     fusion = data.get("fusion") or {}
-    row.update(fusion_alpha=fusion.get("alpha"), fusion_chosen_on=fusion.get("chosen_on"))
+    row.update(fusion_alpha=fusion.get("alpha"), fusion_chosen_on=fusion.get("chosen_on"),
+               fusion_flat=(fusion.get("dev") or {}).get("flat"))
+    for stage, dev in ((name, (t or {}).get("dev") or {}) for name, t in (data.get("training") or {}).items()):
+        short = stage.removeprefix("train_")  # encoder | reranker
+        row.update({f"{short}_epochs": dev.get("epoch_kept"), f"{short}_epochs_run": dev.get("epochs_run"),
+                    f"{short}_dev_flat": dev.get("flat")})
     positives = data.get("training_positives") or {}
     row.update(tp_candidate_share=positives.get("candidate_share"), tp_top1_share=positives.get("top1_share"))
     row["code"] = code_column(data.get("stages", {}))

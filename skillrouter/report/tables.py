@@ -249,7 +249,7 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
         for m in spec.metrics:
             values[(f"drop {a}-{b} (pp)", m)] = values[(a, m)] - values[(b, m)]
             sd[(f"drop {a}-{b} (pp)", m)], n[(f"drop {a}-{b} (pp)", m)] = np.nan, np.minimum(n[(a, m)], n[(b, m)])
-    table = Table(spec, values, missing, notes=untrained_note(rows) + fusion_note(chosen), sd=sd, n=n,
+    table = Table(spec, values, missing, notes=untrained_note(rows) + fusion_note(chosen) + training_note(chosen), sd=sd, n=n,
                   marked=_remarks(chosen))
     if with_significance and spec.significance_vs in rows:
         _mark_significance(table, chosen, run_root)
@@ -271,15 +271,40 @@ def _remarks(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> dict[tupl
     return out
 
 
+def _flat(runs: list[pd.Series], column: str) -> str:
+    """``; the dev curve was flat in n of m runs (...)`` where any was: a choice made on a flat curve is no evidence."""
+    flat = sum(1 for r in runs if r.get(column) is True)
+    return (f"; its dev curve was flat (every choice within one standard error of the best) in {flat} of {len(runs)} "
+            "runs: a choice made there is no evidence" if flat else "")
+
+
 def fusion_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list[str]:
-    """What weights the rows whose fusion weight was chosen on the dev split got."""
-    alphas: dict[str, list[str]] = {}
+    """What weights the rows whose fusion weight was chosen on the dev split got, and whether the curve could choose."""
+    runs: dict[str, list[pd.Series]] = {}
     for (row, _), per_seed in sorted(chosen.items(), key=lambda kv: str(kv[0])):
-        for r in per_seed.values():
-            if r.get("fusion_chosen_on") == "dev":
-                alphas.setdefault(row, []).append(f"{float(r['fusion_alpha']):g}")
+        runs.setdefault(row, []).extend(r for r in per_seed.values() if r.get("fusion_chosen_on") == "dev")
+    def alphas(rs: list[pd.Series]) -> str:
+        return ", ".join(sorted({f"{float(r['fusion_alpha']):g}" for r in rs}, key=float))
+
     return [f"{row}: α chosen on the dev split (held out of every training) by the cell's objective, over 0, 0.1, ..., 1: "
-            f"{', '.join(sorted(set(a), key=float))} across its runs" for row, a in alphas.items()]
+            f"{alphas(rs)} across its runs" + _flat(rs, "fusion_flat") for row, rs in runs.items() if rs]
+
+
+def training_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list[str]:
+    """The epochs early stopping kept for each row's trained reranker (and encoder), and whether the curve could
+    choose."""
+    notes = []
+    for stage in ("reranker", "encoder"):
+        runs: dict[str, list[pd.Series]] = {}
+        for (row, _), per_seed in sorted(chosen.items(), key=lambda kv: str(kv[0])):
+            runs.setdefault(row, []).extend(r for r in per_seed.values() if not pd.isna(r.get(f"{stage}_epochs", np.nan)))
+        for row, rs in runs.items():
+            if rs:
+                kept = ", ".join(str(int(r[f"{stage}_epochs"])) for r in rs)
+                ran = max(int(r[f"{stage}_epochs_run"]) for r in rs)
+                notes.append(f"{row}: the trained {stage} kept epoch {kept} (early stopping on the dev split, up to "
+                             f"{ran} epochs run)" + _flat(rs, f"{stage}_dev_flat"))
+    return notes
 
 
 def _query_means(runs: dict[str, pd.Series], read: Callable[[str], dict], metric: str) -> dict[str, float]:

@@ -1,18 +1,19 @@
-"""Data stages: the built-in benchmark, the parsed and validated dataset (columnar), and the validated
-training pairs. All cheap: on a cluster they run inside the job of the first stage that reads them."""
+"""Data stages: the built-in benchmark, the parsed and validated dataset (columnar), the validated training pairs,
+the dev split and pseudo-queries from the pool. All cheap: on a cluster they run inside the job of the first stage
+that reads them."""
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..data import builtin, columnar, dataset as dataset_module, dev_split as dev_split_module, loaders, releases
 from ..data.columnar import write_dataset
 from ..data.dataset import load_source, source_files
 from ..data.jsonl import atomic_write_jsonl, read_jsonl
 from ..data.loaders import ErrorPolicy, check_ground_truth, load_queries
-from ..data.types import Dataset, LoadReport
-from ..data import pairs as pairs_module
+from ..data.types import Dataset, DataError, LoadReport
+from ..data import pairs as pairs_module, pseudo_queries as pseudo_module
 from ..data.pairs import TrainExample, load_pairs
 from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inputs
 
@@ -82,6 +83,30 @@ def train_pairs(pairs: FileRef, base: Stage, on_error: str) -> Stage:
     return Stage("train_pairs", _build_pairs, {"on_error": on_error, "files": names}, inputs={**inputs, "data": base},
                  files=files, cheap=True, options={"paths": paths},
                  code=(pairs_module.__name__,))
+
+
+def _build_pseudo(ctx: BuildContext) -> dict[str, Any]:
+    dataset, p = ctx.dataset("data"), ctx.params
+    held = ctx.dataset("dev").queries if ctx.has("dev") else []  # the dev split's skills stay as unseen as the test's
+    benchmark = {g for q in [*dataset.queries, *held] for g in q.all_gt}
+    examples = pseudo_module.pseudo_queries(dataset.training_pool(), benchmark, p["sources"], p["body_lines"],
+                                            p["max_chars"])
+    if not examples:
+        raise DataError("data.pool", None, "description",
+                        "no skill of the training pool gives a pseudo-query (reranker.pretrain needs descriptions or "
+                        "bodies that name one skill each)")
+    atomic_write_jsonl(ctx.out / EXAMPLES, (asdict(ex) for ex in examples))
+    return {"n_examples": len(examples), "items": len(examples)}
+
+
+def pseudo_pairs(base: Stage, sources: Sequence[str], body_lines: int, max_chars: int, dev: Stage | None = None) -> Stage:
+    """Pseudo-queries from the training pool (:mod:`skillrouter.data.pseudo_queries`) as training pairs: a drop-in for
+    ``train_pairs`` where a retrieve stage lists their candidates and the reranker pre-trains on them. No skill a
+    benchmark query or (``dev``) a dev query labels is made a positive."""
+    return Stage("pseudo_queries", _build_pseudo, {"sources": list(sources), "body_lines": body_lines,
+                                                   "max_chars": max_chars},
+                 inputs={"data": base, **({"dev": dev} if dev is not None else {})}, cheap=True,
+                 code=(pseudo_module.__name__,))
 
 
 def _build_dev_split(ctx: BuildContext) -> dict[str, Any]:

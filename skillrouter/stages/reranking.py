@@ -11,6 +11,7 @@ heads, from their own ``score_pairs``) by the cell's ``objective``; the test spl
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from ..rerank.llm_judge import JudgeSpec, LLMJudge
 from ..rerank.reorder import rerank_top_k
 from ..rerank.spec import RerankerSpec
 from ..progress import progress
+from ..synth.client import URL_ENV
 from ..throughput import Throughput, model_flops
 from .data import read_descriptions
 from .graph import BuildContext, FileRef, Items, Stage, file_inputs, spec_dict
@@ -236,8 +238,9 @@ def _build_weight(ctx: BuildContext) -> dict[str, Any]:
         per_alpha[alpha] = [rows[q.id][objective] for q in queries if objective in rows[q.id]]
     curve = {a: float(np.mean(v)) if v else None for a, v in per_alpha.items()}
     alpha, best, se = one_standard_error(per_alpha)
+    flat = all(v is not None and v >= curve[best] - se for v in curve.values())  # no weight beats another beyond noise
     chosen = {"alpha": alpha, "dev": {"objective": objective, "score": curve[alpha], "best": best, "best_score": curve[best],
-                                      "standard_error": round(se, 6), "queries": len(queries),
+                                      "standard_error": round(se, 6), "queries": len(queries), "flat": flat,
                                       "curve": {str(a): v for a, v in curve.items()}}}
     (ctx.out / WEIGHT).write_text(json.dumps(chosen, indent=2))
     return {**chosen, "items": len(queries)}
@@ -258,17 +261,21 @@ def fusion_weight(k: int, objective: str, dev_retrieval: Stage, dev_scores: Stag
 def _build_judge(ctx: BuildContext) -> dict[str, Any]:
     k = ctx.params["k"]
     rankings, qtexts, texts = _heads(ctx, k)
-    judge = LLMJudge(JudgeSpec(**{**ctx.params["reranker"], **ctx.stage.options["endpoint"]}), texts)
+    endpoint = dict(ctx.stage.options["endpoint"])
+    endpoint["url"] = endpoint["url"] or os.environ.get(URL_ENV)  # the grid's own server (llm=stub|vllm)
+    judge = LLMJudge(JudgeSpec(**{**ctx.params["reranker"], **endpoint}), texts)
     n = _reorder(ctx, rankings, k, lambda r, ids: judge(qtexts.get(r.qid, ""), ids))
     return {"n_queries": n, "judge_failures": judge.failures, "items": n}
 
 
 def judge_rerank(judge: Mapping[str, Any], k: int, text: TextSpec, query_text: TextSpec, retrieval: Stage, data: Stage,
                  oracle: FileRef | None = None) -> Stage:
-    """An LLM judge picks one of each query's top ``k`` (listwise: one stage per K)."""
+    """An LLM judge picks one of each query's top ``k`` (listwise: one stage per K). ``judge["url"]`` None: the grid's
+    own LLM server (``llm=stub|vllm``), started for this stage and found through the environment."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
     params = {"reranker": {"model": judge["model"], "max_chars_per_skill": judge["max_chars_per_skill"]}, "k": k,
               "text": skill_text(text), "query_text": spec_dict(query_text), "files": names}
     endpoint = {"url": judge["url"], "api_key_env": judge["api_key_env"], "timeout": judge["timeout"]}
-    return Stage("rerank", _build_judge, params, inputs={"retrieval": retrieval, "data": data, **refs}, files=files, resource="llm", options={"endpoint": endpoint, "paths": paths},
+    return Stage("rerank", _build_judge, params, inputs={"retrieval": retrieval, "data": data, **refs}, files=files, resource="llm",
+                 options={"endpoint": endpoint, "paths": paths, "llm_server": not judge["url"]},
                  items=Items("data", "n_queries"), code=(reorder_module.__name__, judge_module.__name__))

@@ -35,6 +35,18 @@ EXECUTION_ONLY = ("mini_batch", "gradient_checkpointing", "show_progress")  # fi
 
 
 @dataclass(frozen=True)
+class EarlyStopping:
+    """``*.train.early_stopping``: after each epoch the cell's ``objective`` on the dev split (held out of training);
+    training stops once ``patience`` epochs have not beaten the best by more than ``min_delta``, and keeps the best
+    epoch's weights (``train.epochs`` is then a maximum). ``depth``: the first-stage candidates of each dev query a
+    reranker reorders."""
+
+    patience: int = 2
+    min_delta: float = 0.0
+    depth: int = 20
+
+
+@dataclass(frozen=True)
 class EncoderLoss:
     """``infonce`` (SkillRouter, tau 0.05) or ``multi_infonce`` (R3, tau 1/30, lambda 0.25);
     ``skip_in_pool`` adds each query's SKIP partners to the candidates (R3's ablation row B)."""

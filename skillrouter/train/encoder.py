@@ -13,8 +13,9 @@ from ..retrieval.dense import EncoderSpec, load_encoder, padded_features, token_
 from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
-from .config import EncoderLoss, TrainConfig
-from .loop import Trained, set_attention_dropout, set_seed, train
+from .config import EarlyStopping, EncoderLoss, TrainConfig
+from .dev import EncoderDev
+from .loop import Trained, set_attention_dropout, set_seed, train, watching
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from ..data.pairs import TrainExample
 
@@ -54,10 +55,12 @@ class Embedder:
 
 
 def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: list[list[str]], skill_texts: dict[str, str],
-                  loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[object, Trained]:
+                  loss_cfg: EncoderLoss, cfg: TrainConfig, work_dir: Path, out_dir: Path, dev: EncoderDev | None = None,
+                  early: EarlyStopping | None = None) -> tuple[object, Trained]:
     """Train and save a sentence-transformers model (or only its LoRA adapter) to ``out_dir``;
     return ``(model, what the training did)``. Query texts must already carry the encoder's instruction prefix.
-    ``cfg.mini_batch``: texts per forward pass, the loss still over the whole batch (GradCache)."""
+    ``cfg.mini_batch``: texts per forward pass, the loss still over the whole batch (GradCache). ``dev`` and
+    ``early``: stop when the dev split stops improving, keeping the best epoch (:class:`~.loop.DevWatch`)."""
     set_seed(cfg.seed)
     model = load_encoder(spec).to(device())
     model.float()  # fp32 weights (autocast supplies bf16 where asked, and on CUDA)
@@ -107,11 +110,12 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
         n_queries = len(indices)
         return loss_of(torch.cat([embed(texts[:n_queries]), embed(texts[n_queries:])]))
 
+    watch = watching(dev, early, work_dir)
     losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching,
-                   terms=lambda: dict(getattr(loss_fn, "terms", {})), meter=meter)
+                   terms=lambda: dict(getattr(loss_fn, "terms", {})), meter=meter, watch=watch)
     if is_main():
         model.save(str(out_dir))
-    return model, Trained(losses, throughput=meter.record())
+    return model, Trained(losses, watch.record(cfg.epochs) if watch else None, meter.record())
 
 
 def train_encoder_run(*args) -> Trained:

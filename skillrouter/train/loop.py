@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from ..progress import progress
 from ..throughput import Throughput
 from .. import events
-from .config import TrainConfig
+from .config import EarlyStopping, TrainConfig
 from .data_parallel import barrier, gather_objects, is_main, rank_world, sum_gradients
 
 log = logging.getLogger(__name__)
@@ -108,40 +108,50 @@ class Trained:
     losses: list[float]
     dev: dict[str, Any] | None = None
     throughput: dict[str, Any] | None = None
+    pretrain_steps: int = 0  # the first steps of ``losses`` that pre-trained (a reranker's pseudo-queries)
 
 
 class DevWatch:
-    """Early stopping: the objective on the dev split after each epoch, the best epoch's trainable weights kept in
-    the work folder (``best.pt``), and the count of epochs since the last improvement by more than ``min_delta``."""
+    """Early stopping: the objective on the dev split after each epoch (``evaluate(module)``: one value per dev query),
+    the best epoch's trainable weights kept in the work folder (``best.pt``), and the count of epochs since the last
+    improvement by more than ``min_delta``. A curve whose every epoch is within one standard error (over the dev
+    queries) of the best is *flat*: the epoch it kept is no evidence that training more or less would have mattered."""
 
-    def __init__(self, evaluate: Callable[[], float], patience: int, min_delta: float, work_dir: Path):
-        self.evaluate, self.patience, self.min_delta = evaluate, patience, min_delta
+    def __init__(self, evaluate: Callable[[nn.Module], list[float]], patience: int, min_delta: float, work_dir: Path,
+                 objective: str = "objective"):
+        self.evaluate, self.patience, self.min_delta, self.objective = evaluate, patience, min_delta, objective
         self.best_file = work_dir / "best.pt"
         self.curve: list[float] = []
+        self.errors: list[float] = []  # the standard error of each epoch's mean over the dev queries
         self.best_epoch = 0
         self.stopped = False
 
     def state(self) -> dict[str, Any]:
-        return {"curve": self.curve, "best_epoch": self.best_epoch, "stopped": self.stopped}
+        return {"curve": self.curve, "errors": self.errors, "best_epoch": self.best_epoch, "stopped": self.stopped}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         if state:
-            self.curve, self.best_epoch = list(state["curve"]), int(state["best_epoch"])
-            self.stopped = bool(state.get("stopped"))
+            self.curve, self.errors = list(state["curve"]), list(state["errors"])
+            self.best_epoch, self.stopped = int(state["best_epoch"]), bool(state.get("stopped"))
 
     @property
     def best(self) -> float:
         return self.curve[self.best_epoch - 1] if self.best_epoch else float("-inf")
 
-    def epoch_end(self, module: nn.Module) -> bool:
+    def epoch_end(self, module: nn.Module, step: int) -> bool:
         """Score the epoch just ended; keep its weights when it beats the best by more than ``min_delta``; whether
         training should stop (``patience`` epochs without such an improvement)."""
         was = module.training
         module.eval()
-        score = float(self.evaluate())
+        values = [float(v) for v in self.evaluate(module)]
         module.train(was)
-        self.curve.append(round(score, 6))
-        if score > self.best + self.min_delta or not self.best_epoch:
+        mean = float(np.mean(values)) if values else 0.0
+        error = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
+        self.curve.append(mean)
+        self.errors.append(error)
+        if is_main():
+            events.log_step({f"dev/{self.objective}": mean, "dev/epoch": len(self.curve)}, step)
+        if mean > self.best + self.min_delta or not self.best_epoch:
             self.best_epoch = len(self.curve)
             if is_main():
                 tmp = self.best_file.with_suffix(".tmp")
@@ -156,10 +166,22 @@ class DevWatch:
         if self.best_epoch and self.best_file.exists():
             module.load_state_dict(torch.load(self.best_file, weights_only=False), strict=False)
 
-    def record(self, objective: str, epochs: int) -> dict[str, Any]:
-        return {"objective": objective, "curve": self.curve, "epoch_kept": self.best_epoch,
-                "epochs_run": len(self.curve), "max_epochs": epochs,
-                "stopped_early": len(self.curve) < epochs, "patience": self.patience, "min_delta": self.min_delta}
+    def record(self, epochs: int) -> dict[str, Any]:
+        """What ``metrics.json`` and the tables say of the curve."""
+        error = self.errors[self.best_epoch - 1] if self.best_epoch else 0.0
+        return {"objective": self.objective, "curve": [round(v, 6) for v in self.curve],
+                "standard_errors": [round(v, 6) for v in self.errors],
+                "epoch_kept": self.best_epoch, "epochs_run": len(self.curve), "max_epochs": epochs,
+                "stopped_early": len(self.curve) < epochs, "patience": self.patience, "min_delta": self.min_delta,
+                "flat": len(self.curve) > 1 and all(v >= self.best - error for v in self.curve)}
+
+
+def watching(dev: Callable[[nn.Module], list[float]] | None, early: EarlyStopping | None, work_dir: Path
+             ) -> DevWatch | None:
+    """The :class:`DevWatch` of a training given a dev split and an early-stopping rule (None without either)."""
+    if dev is None or early is None:
+        return None
+    return DevWatch(dev, early.patience, early.min_delta, work_dir, getattr(dev, "objective_name", "objective"))
 
 
 def set_attention_dropout(module: nn.Module, p: float | None) -> None:
@@ -274,7 +296,7 @@ def train(module: nn.Module, n_items: int, compute_loss: Callable[[Sequence[int]
         if meter is not None:
             meter.seconds += time.perf_counter() - t0
         if watch is not None and epoch_end:
-            stop = watch.epoch_end(module)
+            stop = watch.epoch_end(module, step + 1)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == len(steps) or (watch is not None and epoch_end) or stop:
             _save_checkpoint(work_dir, step + 1, module, optimizer, scheduler, losses, history,
                              watch.state() if watch is not None else None)

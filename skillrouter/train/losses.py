@@ -150,3 +150,33 @@ class GradedListNetLoss(nn.Module):
     def forward(self, scores: Tensor, grades: Tensor) -> Tensor:
         target = torch.softmax(grades.to(scores.dtype), dim=-1)
         return -(target * torch.log_softmax(scores / self.temperature, dim=-1)).sum(-1).mean()
+
+
+class MarginMSELoss(nn.Module):
+    """Margin-MSE distillation: the student's score margin between a list's positive and each other candidate
+    regresses on the teacher's margin.
+
+    Inputs:
+        scores: ``[B, L]`` student (reranker) scores; teacher: ``[B, L]`` teacher scores, NaN where the teacher has
+            none (a candidate its ranking did not reach); positive: ``[B]`` long, the position of each list's positive.
+    Loss (over the pairs (b, l), l != positive_b, where both teacher scores exist; tau the teacher's temperature):
+        mean_{b,l}  ( (s_b,pos - s_b,l) - (t_b,pos - t_b,l) / tau )^2
+    Reference:
+        Hofstätter et al. 2020, "Improving Efficient Neural Ranking Models with Cross-Architecture Knowledge
+        Distillation" (Margin-MSE). Here the direction is reversed, as a warm start: the first stage's bi-encoder
+        (cosine scores, tau 0.05 as its InfoNCE) teaches a cross-encoder whose head starts from random weights.
+    """
+
+    def __init__(self, temperature: float = 0.05):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, scores: Tensor, teacher: Tensor, positive: Tensor) -> Tensor:
+        rows = torch.arange(scores.shape[0], device=scores.device)
+        student = scores[rows, positive].unsqueeze(1) - scores
+        target = (teacher[rows, positive].unsqueeze(1) - teacher) / self.temperature
+        valid = torch.isfinite(target) & torch.isfinite(student)
+        valid[rows, positive] = False
+        if not valid.any():
+            return scores.sum() * 0.0  # no pair the teacher scored: no term, the graph kept
+        return F.mse_loss(student[valid], target[valid].to(student.dtype))

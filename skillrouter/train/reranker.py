@@ -17,10 +17,11 @@ Which candidates serve as negatives (``negatives``):
 """
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -30,9 +31,10 @@ from ..rerank.spec import RerankerSpec
 from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
-from .config import TrainConfig
-from .loop import Trained, set_attention_dropout, set_seed, train
-from .losses import GradedListNetLoss, ListwiseLoss, PointwiseLoss
+from .config import EarlyStopping, TrainConfig
+from .dev import RerankerDev
+from .loop import Trained, set_attention_dropout, set_seed, train, watching
+from .losses import GradedListNetLoss, ListwiseLoss, MarginMSELoss, PointwiseLoss
 from ..data.pairs import TrainExample
 
 
@@ -41,6 +43,7 @@ class CandidateList:
     query: str
     ids: tuple[str, ...]
     grades: tuple[float, ...]  # 1/0 for listwise and pointwise, graded labels for graded
+    teacher: tuple[float, ...] | None = None  # the first stage's score of each candidate (NaN: not in its ranking)
 
 
 NEGATIVES = ("positives", "candidates")
@@ -64,7 +67,19 @@ def negatives_for(ex: TrainExample, candidates: list[str], positives: list[str],
 
 
 def build_lists(examples: list[TrainExample], retrieved: list[list[str]], loss: dict, list_size: int,
-                negatives: str = "positives", seed: int = 0) -> list[CandidateList]:
+                negatives: str = "positives", seed: int = 0, teacher: list[Mapping[str, float]] | None = None
+                ) -> list[CandidateList]:
+    """Each example's list(s) from its retrieved candidates; ``teacher``: per example, the first stage's score of each
+    candidate it retrieved (what distillation reads)."""
+    lists = _lists(examples, retrieved, loss, list_size, negatives, seed)
+    if teacher is None:
+        return lists
+    by_query = {ex.query: scores for ex, scores in zip(examples, teacher)}
+    return [replace(b, teacher=tuple(float(by_query[b.query].get(c, math.nan)) for c in b.ids)) for b in lists]
+
+
+def _lists(examples: list[TrainExample], retrieved: list[list[str]], loss: dict, list_size: int, negatives: str,
+           seed: int) -> list[CandidateList]:
     rng = random.Random(seed)
     positives = sorted({p for ex in examples for p in ex.positives})
     lists = []
@@ -104,10 +119,11 @@ def make_loss(loss: dict, lists: list[CandidateList] = ()) -> torch.nn.Module:
     raise ValueError(f"reranker loss must be listwise, pointwise or graded, got {name!r}")
 
 
-def list_batch(batch: list[CandidateList], skill_texts: dict[str, str], loss_name: str, loss_fn: torch.nn.Module
-               ) -> tuple[list[tuple[str, str]], Callable[[Tensor], Tensor]]:
+def list_batch(batch: list[CandidateList], skill_texts: dict[str, str], loss_name: str, loss_fn: torch.nn.Module,
+               distill: Distillation | None = None) -> tuple[list[tuple[str, str]], Callable[[Tensor], Tensor]]:
     """A batch's (query, skill text) pairs, list by list, and its loss as a function of their ``[pairs]`` scores:
-    the split that lets the scores come from chunks of pairs (cached gradients)."""
+    the split that lets the scores come from chunks of pairs (cached gradients); plus ``distill``'s term where the
+    lists carry the first stage's scores."""
     width = max(len(b.ids) for b in batch)
     pairs = [(b.query, skill_texts[c]) for b in batch for c in b.ids]
 
@@ -120,47 +136,88 @@ def list_batch(batch: list[CandidateList], skill_texts: dict[str, str], loss_nam
             labels[i, : len(b.ids)] = torch.tensor(b.grades, device=flat.device)
             offset += len(b.ids)
         if loss_name == "listwise":
-            return loss_fn(scores, labels.argmax(dim=1))
-        if loss_name == "pointwise":
+            task = loss_fn(scores, labels.argmax(dim=1))
+        elif loss_name == "pointwise":
             valid = torch.isfinite(scores)
-            return loss_fn(scores[valid], labels[valid])
-        return loss_fn(scores.masked_fill(~torch.isfinite(scores), -1e4), labels.masked_fill(~torch.isfinite(scores), -1e4))
+            task = loss_fn(scores[valid], labels[valid])
+        else:
+            task = loss_fn(scores.masked_fill(~torch.isfinite(scores), -1e4), labels.masked_fill(~torch.isfinite(scores), -1e4))
+        if distill is None or distill.weight == 0 or any(b.teacher is None for b in batch):
+            return task
+        teacher = torch.full((len(batch), width), math.nan, device=flat.device)
+        for i, b in enumerate(batch):
+            teacher[i, : len(b.ids)] = torch.tensor(b.teacher, device=flat.device)
+        return task + distill.weight * distill.loss(scores, teacher, labels.argmax(dim=1))
 
     return pairs, loss_of
 
 
+@dataclass(frozen=True)
+class Distillation:
+    """``reranker.distill``: the first stage's score margins as an extra target (:class:`~.losses.MarginMSELoss`,
+    ``weight`` times it; 0 = off)."""
+
+    weight: float = 0.0
+    temperature: float = 0.05
+
+    @property
+    def loss(self) -> MarginMSELoss:
+        return MarginMSELoss(self.temperature)
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """``reranker.pretrain``: lists of pseudo-queries from the pool (:mod:`skillrouter.data.pseudo_queries`), trained on
+    for ``epochs`` before the labelled lists (an optimiser and schedule of their own)."""
+
+    lists: tuple[CandidateList, ...]
+    epochs: int
+
+
 def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: dict[str, str], loss: dict,
-                   cfg: TrainConfig, work_dir: Path, out_dir: Path) -> tuple[PairScorer, Trained]:
+                   cfg: TrainConfig, work_dir: Path, out_dir: Path, dev: RerankerDev | None = None,
+                   early: EarlyStopping | None = None, pretrain: Pretraining | None = None,
+                   distill: Distillation | None = None) -> tuple[PairScorer, Trained]:
     """Train and save the scorer (or its LoRA adapter) to ``out_dir``; return ``(scorer, what the training did)``.
     ``cfg.mini_batch``: pairs per forward pass, the loss still over whole lists (cached gradients). Every query and
-    skill text is tokenised once, before the first step (:meth:`PairScorer.warm`)."""
+    skill text is tokenised once, before the first step (:meth:`PairScorer.warm`). ``dev`` and ``early``: stop when
+    the dev split stops improving, keeping the best epoch (:class:`~.loop.DevWatch`). ``pretrain``: pseudo-query lists
+    first; ``distill``: the first stage's margins as an extra target wherever the lists carry its scores."""
     set_seed(cfg.seed)
     lora = {"r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout} if cfg.lora else None
     scorer = PairScorer(spec, lora=lora)
     scorer.model.float()
     set_attention_dropout(scorer, cfg.attention_dropout)
-    loss_fn = make_loss(loss, lists)
-    scorer.warm(list(dict.fromkeys([b.query for b in lists] + [skill_texts[c] for b in lists for c in b.ids])))
+    every = [*(pretrain.lists if pretrain else ()), *lists]
+    scorer.warm(list(dict.fromkeys([b.query for b in every] + [skill_texts[c] for b in every for c in b.ids])))
     meter = Throughput(flops=model_flops(scorer), passes=3)
     scorer.meter = meter
+    caching = cached(cfg.mini_batch)
 
     def score(pairs) -> Tensor:
         return scorer([q for q, _ in pairs], [d for _, d in pairs])
 
-    caching = cached(cfg.mini_batch)
+    def phase(phase_lists: list[CandidateList], phase_cfg: TrainConfig, work: Path, desc: str, watch=None) -> list[float]:
+        loss_fn = make_loss(loss, phase_lists)
 
-    def compute_loss(indices) -> Tensor:
-        pairs, loss_of = list_batch([lists[i] for i in indices], skill_texts, loss["name"], loss_fn)
-        if caching:  # chunks of pairs with cached gradients: the lists may outgrow one forward pass
-            return cached_backward(score, pairs, cfg.mini_batch, loss_of, scorer.model.device)
-        return loss_of(score(pairs))
+        def compute_loss(indices) -> Tensor:
+            pairs, loss_of = list_batch([phase_lists[i] for i in indices], skill_texts, loss["name"], loss_fn, distill)
+            if caching:  # chunks of pairs with cached gradients: the lists may outgrow one forward pass
+                return cached_backward(score, pairs, phase_cfg.mini_batch, loss_of, scorer.model.device)
+            return loss_of(score(pairs))
 
-    losses = train(scorer, len(lists), compute_loss, cfg, work_dir, desc=f"train reranker ({loss['name']})",
-                   backpropagates=caching, meter=meter)
+        return train(scorer, len(phase_lists), compute_loss, phase_cfg, work, desc=desc, backpropagates=caching,
+                     meter=meter, watch=watch)
+
+    before = phase(list(pretrain.lists), replace(cfg, epochs=pretrain.epochs), work_dir / "pretrain",
+                   "pre-train reranker (pseudo-queries)") if pretrain and pretrain.epochs and pretrain.lists else []
+    watch = watching(dev, early, work_dir)
+    losses = phase(lists, cfg, work_dir, f"train reranker ({loss['name']})", watch)
     scorer.meter = None
     if is_main():
         scorer.save(out_dir)
-    return scorer, Trained(losses, throughput=meter.record())
+    return scorer, Trained(before + losses, watch.record(cfg.epochs) if watch else None, meter.record(),
+                           pretrain_steps=len(before))
 
 
 def train_reranker_run(*args) -> Trained:

@@ -1,0 +1,62 @@
+"""The dev split as a training watches it (early stopping): after each epoch, the cell's objective on the queries
+held out of training, one value per query, so a curve can say when it is flat.
+
+Each is a plain, picklable object (a data-parallel training ships it to every process): the reranker's reorders each
+dev query's first-stage head by the model's scores, the encoder's embeds the dev pool and queries and ranks. Turning
+rankings into the objective (``objective``: the metric code lives in ``skillrouter.eval``, which training does not
+import) is the stage's, handed in as a module-level function."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ..retrieval.dense import encode
+from ..retrieval.index import exact_top_k
+
+Objective = Callable[[Mapping[str, Sequence[str]]], list[float]]  # ranked ids per dev query id -> per-query values
+
+
+@dataclass(frozen=True)
+class RerankerDev:
+    """Dev queries (as the reranker reads them) with their first-stage rankings; the model reorders each head."""
+
+    qids: tuple[str, ...]
+    queries: tuple[str, ...]
+    rankings: tuple[tuple[str, ...], ...]
+    depth: int
+    texts: Mapping[str, str]  # the reranker's text of every head skill
+    objective: Objective
+    objective_name: str = "objective"
+
+    def __call__(self, scorer) -> list[float]:
+        heads = [r[:self.depth] for r in self.rankings]
+        scores = scorer.score([q for q, head in zip(self.queries, heads) for _ in head],
+                              [self.texts[i] for head in heads for i in head])
+        ranked, offset = {}, 0
+        for qid, ranking, head in zip(self.qids, self.rankings, heads):
+            mine = scores[offset:offset + len(head)]
+            offset += len(head)
+            order = sorted(range(len(head)), key=lambda j: -mine[j])  # stable: the first stage's order on ties
+            ranked[qid] = [head[j] for j in order] + list(ranking[self.depth:])
+        return self.objective(ranked)
+
+
+@dataclass(frozen=True)
+class EncoderDev:
+    """Dev queries (with the encoder's instruction) and the pool they are ranked in (with its document prefix)."""
+
+    qids: tuple[str, ...]
+    queries: tuple[str, ...]
+    pool_ids: tuple[str, ...]
+    pool_texts: tuple[str, ...]
+    depth: int
+    batch_size: int
+    objective: Objective
+    objective_name: str = "objective"
+    bf16: bool = False
+
+    def __call__(self, model) -> list[float]:
+        docs = encode(model, list(self.pool_texts), self.batch_size, False, bf16=self.bf16)
+        queries = encode(model, list(self.queries), self.batch_size, False, bf16=self.bf16)
+        idx, _ = exact_top_k(docs, queries, self.depth)
+        return self.objective({qid: [self.pool_ids[j] for j in row if j >= 0] for qid, row in zip(self.qids, idx)})
