@@ -47,7 +47,9 @@ def write_task(root: Path, task: str, query: str, gt: dict, *, reads_skills: boo
     (d / "environment" / "skills" / gt["name"] / "SKILL.md").write_text(
         f"---\nname: {gt['name']}\ndescription: {gt['description']}\n---\n{gt['body']}")
     write_scripts(d, (f"sleep {solve_sleep}\n" if solve_sleep else "")
-                  + f"grep -rhoE 'answer-for {task}: tok[0-9]+' /root/.claude/skills | head -1 | sed 's/.*: //' > /root/answer.txt\n",
+                  + f"f=$(grep -rlE 'answer-for {task}: tok[0-9]+' /root/.claude/skills | head -1)\n"
+                  + "[ -n \"$f\" ] && echo \"read $f\" && "  # the skill file it reads, in its log: the skill-use rate's evidence
+                  + f"grep -hoE 'answer-for {task}: tok[0-9]+' \"$f\" | sed 's/.*: //' > /root/answer.txt\nexit 0\n",
                   token(task), "ls /root/.claude/skills >/dev/null && " if reads_skills else "")
 
 

@@ -175,3 +175,27 @@ def test_the_builtin_task_tree_is_valid_and_only_its_gt_bodys_line_solves_each_t
         assert line in solve and gt["name"] not in solve  # the name comes from the installed skill, not the script
         assert gt["name"] in (tmp_path / "tasks" / task_id / "tests" / "test.sh").read_text()
         assert tasks[task_id].destinations == ["/root/.claude/skills", "/root/.agents/skills"]
+
+
+def test_skill_use_is_what_the_agents_own_logs_say_it_opened(tmp_path):
+    """A skill counts as read when the agent's logs or trajectory name a file in its folder: the oracle's printed
+    path, a terminal agent's keystrokes, a tool call's file path; a folder whose name is only a prefix of another is
+    not read by a mention of the other; no agent folder, no read."""
+    from skillrouter.agents.skill_use import skill_use, use_rates
+
+    oracle, terminal, nop = (tmp_path / n for n in ("oracle", "terminal", "nop"))
+    (oracle / "agent").mkdir(parents=True)
+    (oracle / "agent" / "oracle.txt").write_text("read /root/.claude/skills/csv-cleaner/SKILL.md\n")
+    (terminal / "agent").mkdir(parents=True)
+    (terminal / "agent" / "trajectory.json").write_text(json.dumps(
+        {"steps": [{"keystrokes": "cat ~/.agents/skills/pdf-reader-pro/scripts/run.sh\n"}]}))
+    nop.mkdir()
+    injected = ["csv-cleaner", "pdf-reader", "pdf-reader-pro"]
+    assert skill_use(oracle, injected, ["csv-cleaner"]).read == ("csv-cleaner",)
+    used = skill_use(terminal, injected, ["pdf-reader"])
+    assert used.read == ("pdf-reader-pro",) and not used.gt_read  # pdf-reader itself was never opened
+    assert not skill_use(nop, injected, ["csv-cleaner"]).any_read
+    sets = {"t1": {"skills": [{"id": "a", "folder": "csv-cleaner"}]}, "t2": {"skills": []}}
+    rates = use_rates([("t1", oracle), ("t1", nop), ("t2", oracle)], sets, {"t1": ["a"], "t2": ["b"]})
+    assert rates == {"skill_use_rate": round(1 / 3, 6), "gt_skill_use_rate": round(1 / 3, 6), "trials_read": 1}
+    assert use_rates([], sets, {})["skill_use_rate"] is None

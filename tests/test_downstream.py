@@ -76,6 +76,11 @@ def test_oracle_success_is_exactly_whether_each_router_injected_the_gt(tmp_path,
                                      "reason": "its verifier reads the skills folder (tests/test.sh reads /root/.claude/skills)"}]
         success = by["routed@1"]["success"]
         assert down["uplift_recovered"] == {"routed@1": pytest.approx(success)}  # none = 0, gold = 1
+        # the oracle opens the skill that solves its task, and prints its path: it used every gold skill, nothing when
+        # none was given, and a routed skill exactly when the router gave it the GT (then it succeeds)
+        assert (by["gold"]["skill_use_rate"], by["gold"]["gt_skill_use_rate"]) == (1.0, 1.0)
+        assert (by["none"]["skill_use_rate"], by["none"]["gt_skill_use_rate"]) == (0.0, 0.0)
+        assert by["routed@1"]["gt_skill_use_rate"] == pytest.approx(success)
     assert routed_outcomes == {0.0, 1.0}, "the routers got some tasks right and some wrong"
 
     stages = [json.loads((tmp_path / "grid" / c / "metrics.json").read_text())["stages"] for c in ("0", "1")]
@@ -168,3 +173,14 @@ def test_terminus2_on_the_stub_llm_completes_its_trials_through_litellm(tmp_path
     trajectory = json.loads((entry / "agent" / "trajectory.json").read_text())
     assert trajectory["agent"]["name"] == "terminus-2" and trajectory["agent"]["model_name"] == "openai/stub"
     assert len(trajectory["steps"]) >= 2, "the agent sent the model its task and got a turn back"
+
+
+def test_nop_reads_no_skill(tmp_path, agent_engine):
+    """Harbor's nop agent does nothing: given the gold skills, it reads none of them (and fails every task)."""
+    study = write_study(tmp_path / "study", with_reader=False)
+    proc = launch(tmp_path, study, agent_engine, "grid", "encoder=bm25", "agent=nop", "downstream.skills=[gold]",
+                  "downstream.tasks=[tally-ledger]")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    gold = conditions(tmp_path / "grid" / "0")["gold"]
+    assert gold["trials"] == 1 and gold["success"] == 0.0
+    assert (gold["skill_use_rate"], gold["gt_skill_use_rate"], gold["trials_read"]) == (0.0, 0.0, 0)

@@ -6,8 +6,9 @@ One task per domain: the domain's first single-skill query (task id = query id),
 task. The task's solution needs its GT skill's *body*: ``solution/solve.sh`` (what Harbor's oracle agent runs) looks
 through the installed skills for the body line that says what the GT skill does (``Use this skill to <operation>
 <object> in <technology> <domain> work.``: its siblings and Hard twins say other operations or objects) and writes the
-``name`` of the skill holding it; ``tests/test.sh`` checks that name. So under the oracle, success is 1 exactly when the
-condition installed the GT skill. Tasks build ``FROM`` the base image of ``scripts/docker_engine.sh`` (no registry).
+``name`` of the skill holding it (and prints the path of the file it read: what the skill-use rate looks for in the
+agent's log); ``tests/test.sh`` checks that name. So under the oracle, success is 1 exactly when the condition
+installed the GT skill. Tasks build ``FROM`` the base image of ``scripts/docker_engine.sh`` (no registry).
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def write_task(root: Path, task_id: str, query: str, gt: dict) -> None:
     (d / "environment" / "Dockerfile").write_text(DOCKERFILE)
     line = shlex.quote(purpose(gt["body"]))
     write_scripts(d, f"f=$(grep -rlxF {line} /root/.claude/skills --include=SKILL.md | head -1)\n"
-                     "[ -n \"$f\" ] && sed -n 's/^name: //p' \"$f\" | head -1 > /root/answer.txt\nexit 0\n", gt["name"])
+                     "[ -n \"$f\" ] && echo \"read $f\" && sed -n 's/^name: //p' \"$f\" | head -1 > /root/answer.txt\n"
+                     "exit 0\n", gt["name"])
 
 
 def write_tasks(out: Path, n_tasks: int = 8, seed: int = 0) -> list[str]:

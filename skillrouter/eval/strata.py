@@ -7,6 +7,8 @@
   the unit (four strata of about equal size); the edges are reported with the metrics, so Easy and Hard (the
   same queries) share them. A query with no GT skill in the pool gets no tag.
 * ``gt_count`` — how many GT skills a query has: ``1``, ``2``, ``3``, ``4+``.
+* ``query_chars_quartile`` — the query's own length in characters (the benchmark's text, before any condensation),
+  in quartiles as above: where condensing a long instruction should matter most.
 
 Any other breakdown tag is a stored one (``domain``, ``task_type``, a release's ``major``/``sub``...).
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..data.types import Query, Skill
 
-QUARTILE, COUNT = "gt_desc_words_quartile", "gt_count"
+QUARTILE, COUNT, CHARS = "gt_desc_words_quartile", "gt_count", "query_chars_quartile"
 
 
 def desc_words(skill: Skill) -> int:
@@ -46,12 +48,18 @@ def _desc_quartiles(queries: Sequence[Query], skills: Sequence[Skill]) -> tuple[
     return {qid: quartile_of(v, edges) for qid, v in values.items()}, {"edges": edges, "unit": "description words"}
 
 
+def _chars_quartiles(queries: Sequence[Query], skills: Sequence[Skill]) -> tuple[dict[str, str], dict[str, Any]]:
+    values = {q.id: float(len(q.text)) for q in queries}
+    edges = quartile_edges(list(values.values()))
+    return {qid: quartile_of(v, edges) for qid, v in values.items()}, {"edges": edges, "unit": "query characters"}
+
+
 def _gt_counts(queries: Sequence[Query], skills: Sequence[Skill]) -> tuple[dict[str, str], dict[str, Any]]:
     return {q.id: gt_count_label(len(q.gt)) for q in queries}, {}
 
 
 DERIVED: dict[str, Callable[[Sequence[Query], Sequence[Skill]], tuple[dict[str, str], dict[str, Any]]]] = {
-    QUARTILE: _desc_quartiles, COUNT: _gt_counts}
+    QUARTILE: _desc_quartiles, COUNT: _gt_counts, CHARS: _chars_quartiles}
 
 
 def derive(queries: Sequence[Query], skills: Sequence[Skill], breakdown: Sequence[str]) -> tuple[list[Query], dict[str, Any]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -29,14 +30,17 @@ from omegaconf import DictConfig, OmegaConf
 from .. import events
 from ..cache.store import StageCache, StageRecord, record_dict
 from ..data import Dataset, load_descriptions
-from ..data.jsonl import atomic_write_json, read_json
+from ..data.jsonl import atomic_write_json, read_json, read_jsonl
 from ..data.types import Query
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..eval.strata import derive
 from ..models import respect_cpu_allocation
 from ..progress import quiet_library_bars
 from ..rankings import Ranking, read_rankings, write_predictions, write_rankings
-from ..stages.agents import downstream_section
+from ..agents.skill_use import use_rates
+from ..agents.trials import TRIAL_KIND
+from ..stages.agents import SETS, TRIALS, downstream_section
+from ..stages.condense import QUERIES as CONDENSED
 from ..stages.data import read_examples
 from ..stages.graph import Stage, StageFile, dataset_at
 from ..stages.training import FN_FILTER
@@ -210,7 +214,15 @@ class CellRun:
         training = training_record(self.graph, cache)
         if training:
             result["training"] = training
-        reordered = self.graph.named.get("rerank")
+        if self.graph.cascade:
+            result["cascade"] = cascade_record(self.graph, cache, dataset)
+        condensed = self.graph.named.get("condense")
+        if condensed is not None:
+            manifest = cache.manifest(condensed.kind, condensed.key)
+            result["query"] = {"method": manifest["method"], "apply": str(self.cfg.query.apply),
+                               "fallbacks": manifest["fallbacks"], "median_chars": manifest["median_chars"]}
+            shutil.copyfile(cache.entry(condensed.kind, condensed.key) / CONDENSED, self.run_dir / "condensed_queries.jsonl")
+        reordered = self.graph.named.get("rerank") or self.graph.named.get(self.graph.cascade[-1][3] if self.graph.cascade else "")
         if reordered is not None and "fusion" in reordered.params:  # the fusion applied, and where its weight came from
             result["fusion"] = cache.manifest(reordered.kind, reordered.key)["fusion"]
         evaluate = StageRecord(key="-", cached=False, seconds=round(time.perf_counter() - t0, 3), path="")
@@ -234,8 +246,38 @@ class CellRun:
         downstream = {role.removeprefix("downstream:"): s for role, s in sink.inputs.items() if role.startswith("downstream:")}
         if downstream:
             result["downstream"] = downstream_section(cache, downstream)
+            with_skill_use(result["downstream"], cache, downstream, dataset)
         scored.examples, scored.stages = examples, dict(self.graph.named)
         return scored
+
+
+def cascade_record(graph: CellGraph, cache: StageCache, dataset: Dataset) -> list[dict[str, Any]]:
+    """Per cascade step: its reranker, depth, the share of each query's GT within that depth of the ranking it reads
+    (mean over the queries with GT), and its stages' build seconds per query (scoring and reordering; no training)."""
+    queries = [q for q in dataset.queries if q.gt]
+    out = []
+    for preset, depth, source, target in graph.cascade:
+        before = graph.named[source]
+        ranked = read_rankings(cache.entry(before.kind, before.key) / "rankings.jsonl")
+        recall = [len(set(q.gt) & set(ranked[q.id].ids[:depth] if q.id in ranked else ())) / len(q.gt) for q in queries]
+        tag = target.removeprefix("rerank")
+        seconds = sum(cache.manifest(s.kind, s.key).get("build_seconds", 0.0) for name, s in graph.named.items()
+                      if name in (f"score_pairs{tag}", target) and cache.is_complete(s.kind, s.key))
+        out.append({"reranker": preset, "depth": depth, "gt_recall": round(sum(recall) / len(recall), 6) if recall else None,
+                    "seconds_per_query": round(seconds / max(len(dataset.queries), 1), 6)})
+    return out
+
+
+def with_skill_use(section: dict[str, Any], cache: StageCache, conditions: dict[str, Stage], dataset: Dataset) -> None:
+    """Each downstream condition's skill-use rates (:func:`skillrouter.agents.skill_use.use_rates`) from its trials'
+    kept agent logs: whether the agent read any skill the condition injected, and a GT skill's."""
+    gt = {q.id: q.gt for q in dataset.queries}
+    for condition in section["conditions"]:
+        stage = conditions[condition["label"]]
+        sets = read_json(cache.entry(stage.inputs["sets"].kind, stage.inputs["sets"].key) / SETS)
+        trials = [(r["task"], cache.entry(TRIAL_KIND, r["key"])) for _, r in read_jsonl(cache.entry(stage.kind, stage.key) / TRIALS)
+                  if r["reward"] is not None]
+        condition.update(use_rates(trials, sets, gt))
 
 
 def training_record(graph: CellGraph, cache: StageCache) -> dict[str, Any]:

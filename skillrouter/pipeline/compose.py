@@ -26,6 +26,8 @@ from ..retrieval.dense import EncoderSpec
 from ..agents.harbor import AgentSpec
 from ..agents.skill_sets import condition_label
 from ..stages.agents import agent_trials, skill_sets
+from ..stages.condense import condense_queries
+from ..synth.condense import template as condense_template
 from ..stages.data import builtin_data, builtin_file, dev_split, load_data, pseudo_pairs, train_pairs, training_subset
 from ..stages.graph import FileRef, Stage, StageFile, walk
 from ..stages.reranking import (BACKENDS, ONNX_BACKENDS, export_reranker, fusion_weight, judge_rerank, rerank,
@@ -36,6 +38,7 @@ from ..stages.training import RerankerSignal, encoder_training, mine, reranker_t
 from ..synth.prompts import template
 from ..train.config import EarlyStopping, EncoderLoss, TrainConfig
 from ..train.negatives import NegativeCounts
+from . import cascade
 from .sweep_configs import plain
 
 SYNTH_PREFIX = "synth:"
@@ -71,8 +74,9 @@ def encoder_text(cfg: DictConfig) -> TextSpec:
                     query_instruction=enc.get("query_instruction", ""))
 
 
-def reranker_text(cfg: DictConfig) -> TextSpec:
-    rr = stage_model(cfg.reranker)
+def reranker_text(cfg: DictConfig, reranker: DictConfig | None = None) -> TextSpec:
+    """How a reranker (the cell's, or a cascade step's ``reranker``) renders skills and queries."""
+    rr = stage_model(cfg.reranker if reranker is None else reranker)
     prompt_format = rr.get("prompt_format", "qwen3")
     return TextSpec(mode=cfg.fields.mode, style=_data_style(cfg) if prompt_format == "qwen3" else "skillrouter",
                     caps=_caps(rr, cfg.caps.reranker), query_cap=rr.query_cap if "query_cap" in rr else cfg.caps.query,
@@ -118,6 +122,7 @@ def agent_spec(agent: DictConfig) -> AgentSpec:
 
 
 SPLITS = ("test", "dev")
+QUERY_APPLY = ("retrieve", "rerank", "both")  # query.apply: which stages read the condensed queries
 
 
 def scored_split(cfg: DictConfig) -> str:
@@ -166,6 +171,7 @@ class CellGraph:
     texts: dict[str, TextSpec]
     oracle: FileRef | None = None
     pair_groups: dict[str, int] = field(default_factory=dict)  # score_pairs identity (but depth) -> this cell's topk
+    cascade: list[tuple[str, int, str, str]] = field(default_factory=list)  # per step: preset, depth, input and output
 
     def stages(self) -> list[Stage]:
         """Every stage of the cell but its sink, inputs first."""
@@ -180,6 +186,7 @@ class CellComposer:
         self.cfg, self.depths = cfg, depths or {}
         self.named: dict[str, Stage] = {}
         self.pair_groups: dict[str, int] = {}
+        self.steps: dict[str, list[tuple[cascade.Step, Stage]]] = {}  # per cascade (its name tag), its steps' rankings
         self.data = self._resolve_data()
 
     def record(self, name: str, stage: Stage) -> Stage:
@@ -319,38 +326,76 @@ class CellComposer:
 
     # -- reranking ---------------------------------------------------------------------------------
     def reranked(self, retrieval: Stage, dataset: Stage) -> Stage:
-        """Each query's top ``topk`` reordered by the configured reranker (fine-tuned first if asked), its scores
-        fused with the first stage's as ``fusion`` says."""
-        cfg, rr = self.cfg, self.cfg.reranker
-        text, fusion = reranker_text(cfg), fusion_spec(cfg)
+        """The rerank stages after retrieval: the configured reranker at ``topk`` (fine-tuned first if asked), or the
+        ``cascade``'s steps (:mod:`.cascade`), each on the top of the ranking before it; ``fusion`` on the last step."""
+        cfg = self.cfg
+        if cfg.get("cascade"):
+            return self._cascade(cascade.steps(cfg.cascade), retrieval, dataset, fusion_spec(cfg))
+        return self._step(cfg.reranker, cfg.topk, retrieval, dataset, "", fusion_spec(cfg), self.dev_retrieval)
+
+    def _cascade(self, steps: list[cascade.Step], ranking: Stage, dataset: Stage, fusion: dict[str, Any],
+                 tag: str = "") -> Stage:
+        """Each step reorders the top of the ranking before it; names carry the step (``score_pairs@2``)."""
+        for n, step in enumerate(steps, 1):
+            last = n == len(steps)
+            dev_input = (lambda n=n: self._cascade(steps[:n - 1], self.dev_retrieval(), self.pairs(), {"method": "none"},
+                                                   "_dev") if n > 1 else self.dev_retrieval())
+            ranking = self._step(cascade.preset(step.preset, self.cfg), step.depth, ranking, dataset, f"{tag}@{n}",
+                                 fusion if last else {"method": "none"}, dev_input)
+            self.steps.setdefault(tag, []).append((step, ranking))
+        return ranking
+
+    def _step(self, rr: DictConfig, k: int, ranking: Stage, dataset: Stage, tag: str, fusion: dict[str, Any],
+              dev_input: Callable[[], Stage]) -> Stage:
+        """One rerank step: ``ranking``'s top ``k`` reordered by ``rr`` (an LLM's pick, or a pointwise reranker's scores
+        fused with the ranking's own as ``fusion`` says; ``dev_input``: the step's input on the dev split, where
+        ``fusion.alpha=dev`` chooses the weight). ``tag`` ends its stages' names (none: the one-stage cell's names)."""
+        cfg, text = self.cfg, reranker_text(self.cfg, rr)
         if rr.kind == "llm_judge":
             if fusion["method"] != "none":
                 raise ValueError("fusion needs a pointwise reranker's scores; reranker=llm_judge picks, it does not score")
-            return self.record("rerank", judge_rerank(_plain(rr), cfg.topk, text, text, retrieval, dataset, self.oracle()))
-        model = None
-        if rr.kind == "trained":
-            base, (enc, enc_model) = self.base(), self.encoder()
-            candidates = self.record("reranker_candidates", self._retrieval(
-                enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
-            model = self.record("train_reranker", reranker_training(
-                reranker_spec(rr.base), _plain(cfg.loss), train_config(rr.train, cfg.seed), rr.list_size,
-                str(rr.get("negatives", "candidates")), text,
-                base, self.pairs(), candidates, self.oracle(), self._reranker_signal(rr, enc, enc_model, text)))
+            return self.record("rerank" + tag, judge_rerank(self._judge(rr), k, text, text, ranking, dataset, self.oracle()))
+        model = self._trained_reranker(rr, text, tag) if rr.kind == "trained" else None
         spec, trained = reranker_spec(stage_model(rr)), rr.kind == "trained"
         backend = resolve_backend(str(rr.get("backend") or "torch"))
         if backend not in BACKENDS:
             raise ValueError(f"reranker.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        onnx = self.record("export_reranker", export_reranker(spec, backend, model)) if backend in ONNX_BACKENDS else None
+        onnx = self.record("export_reranker" + tag, export_reranker(spec, backend, model)) if backend in ONNX_BACKENDS else None
         run = (onnx, backend)
-        identity = score_pairs(spec, trained, 0, text, text, retrieval, dataset, model, self.oracle(), *run).key
-        self.pair_groups[identity] = cfg.topk
-        depth = max(self.depths.get(identity, cfg.topk), cfg.topk)
-        scores = self.record("score_pairs", score_pairs(spec, trained, depth, text, text, retrieval, dataset, model,
-                                                        self.oracle(), *run))
-        weight = self._fusion_weight(spec, trained, text, model, run) if fusion_on_dev(cfg) else None
-        return self.record("rerank", rerank(cfg.topk, scores, retrieval, fusion, weight))
+        depth = k
+        if not tag:  # one step: the grid scores each query's pairs once, to its deepest topk
+            identity = score_pairs(spec, trained, 0, text, text, ranking, dataset, model, self.oracle(), *run).key
+            self.pair_groups[identity] = k
+            depth = max(self.depths.get(identity, k), k)
+        scores = self.record("score_pairs" + tag, score_pairs(spec, trained, depth, text, text, ranking, dataset, model,
+                                                              self.oracle(), *run))
+        weight = None
+        if fusion.get("alpha") == "dev":
+            dev, dev_ranking = self.pairs(), dev_input()
+            dev_scores = self.record("score_pairs_dev" + tag, score_pairs(spec, trained, k, text, text, dev_ranking, dev,
+                                                                          model, self.oracle(), *run))
+            weight = self.record("fusion_weight" + tag, fusion_weight(k, str(cfg.objective), dev_ranking, dev_scores, dev))
+        return self.record("rerank" + tag, rerank(k, scores, ranking, fusion, weight))
 
-    def _reranker_signal(self, rr: DictConfig, enc: DictConfig, enc_model: Stage | None, text: TextSpec
+    def _judge(self, rr: DictConfig) -> dict[str, Any]:
+        """The LLM a selection step asks: the ``llm`` group's (``llm=stub|vllm|openai``) when one is chosen, else the
+        ``llm_judge`` preset's own endpoint."""
+        judge, llm = _plain(rr), self.cfg.llm
+        if str(llm.get("name", "none")) == "none":
+            return judge
+        return {**judge, "url": llm.url, "model": llm.model, "api_key_env": llm.api_key_env, "timeout": llm.timeout}
+
+    def _trained_reranker(self, rr: DictConfig, text: TextSpec, tag: str) -> Stage:
+        """``rr`` fine-tuned on lists from the first stage's candidates of the training queries."""
+        cfg, base, (enc, enc_model) = self.cfg, self.base(), self.encoder()
+        candidates = self.record("reranker_candidates" + tag, self._retrieval(
+            enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
+        return self.record("train_reranker" + tag, reranker_training(
+            reranker_spec(rr.base), _plain(cfg.loss), train_config(rr.train, cfg.seed), rr.list_size,
+            str(rr.get("negatives", "candidates")), text,
+            base, self.pairs(), candidates, self.oracle(), self._reranker_signal(rr, enc, enc_model, text, tag)))
+
+    def _reranker_signal(self, rr: DictConfig, enc: DictConfig, enc_model: Stage | None, text: TextSpec, tag: str = ""
                          ) -> RerankerSignal:
         """What the trained reranker learns from beyond its labelled lists (``reranker.pretrain``, ``reranker.distill``)
         and the dev split it stops early on (``reranker.train.early_stopping``)."""
@@ -359,10 +404,10 @@ class CellComposer:
         pretrain = _plain(rr.get("pretrain") or {})
         pseudo = candidates = None
         if pretrain.get("epochs"):
-            pseudo = self.record("pseudo_queries", pseudo_pairs(base, pretrain["sources"], int(pretrain["body_lines"]),
+            pseudo = self.record("pseudo_queries" + tag, pseudo_pairs(base, pretrain["sources"], int(pretrain["body_lines"]),
                                                                  int(pretrain["max_chars"]),
                                                                  self.pairs() if holds_out_dev(cfg) else None))
-            candidates = self.record("reranker_pretrain_candidates", self._retrieval(
+            candidates = self.record("reranker_pretrain_candidates" + tag, self._retrieval(
                 enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model, pseudo))
         return RerankerSignal(self.pairs() if early else None, self.dev_retrieval() if early else None, early,
                               str(cfg.objective), text, pseudo, candidates, {"epochs": int(pretrain.get("epochs", 0))},
@@ -374,15 +419,6 @@ class CellComposer:
         enc, enc_model = self.encoder()
         return self.record("retrieve_dev", self._retrieval(enc, self.pairs(), "all", "benchmark", self.cfg.retrieve_k,
                                                            "embed_pool_dev", enc_model, pool_data=self.base()))
-
-    def _fusion_weight(self, spec: RerankerSpec, trained: bool, text: TextSpec, model: Stage | None,
-                       run: tuple[Stage | None, str]) -> Stage:
-        """``fusion.alpha=dev``: the dev split's queries retrieved by the cell's first stage and their heads scored
-        by its reranker, and the weight chosen on them."""
-        cfg, dev, retrieval = self.cfg, self.pairs(), self.dev_retrieval()
-        scores = self.record("score_pairs_dev", score_pairs(spec, trained, cfg.topk, text, text, retrieval, dev, model,
-                                                            self.oracle(), *run))
-        return self.record("fusion_weight", fusion_weight(cfg.topk, str(cfg.objective), retrieval, scores, dev))
 
     # -- downstream --------------------------------------------------------------------------------
     def _pool_tree(self) -> str | None:
@@ -410,22 +446,38 @@ class CellComposer:
         return out
 
     # -- the cell ----------------------------------------------------------------------------------
+    def condensed(self, dataset: Stage, role: str) -> Stage:
+        """``dataset`` as the ``role`` stage (``retrieve`` or ``rerank``) reads its queries: condensed where
+        ``query.apply`` names the role (:mod:`skillrouter.stages.condense`), else as they are."""
+        query = self.cfg.get("query") or {"method": "raw", "apply": "rerank"}
+        if query["method"] == "raw" or query["apply"] not in (role, "both"):
+            return dataset
+        if query["apply"] not in QUERY_APPLY:
+            raise DataError("config", None, "query.apply", f"must be one of {', '.join(QUERY_APPLY)}, got {query['apply']!r}")
+        prompt = condense_template(str(query["prompt"])) if query["method"] == "llm" else None
+        return self.record("condense", condense_queries(dataset, _plain(query), _plain(self.cfg.llm), prompt))
+
     def graph(self) -> CellGraph:
         cfg = self.cfg
         dataset = self.dataset()
         enc, model = self.encoder()
-        retrieval = self.record("retrieve", self._retrieval(enc, dataset, "all", "benchmark", cfg.retrieve_k, "embed_pool",
-                                                            model))
-        rankings = retrieval if cfg.reranker.kind == "none" else self.reranked(retrieval, dataset)
+        retrieval = self.record("retrieve", self._retrieval(enc, self.condensed(dataset, "retrieve"), "all", "benchmark",
+                                                            cfg.retrieve_k, "embed_pool", model))
+        rankings = retrieval if cfg.reranker.kind == "none" and not cfg.get("cascade") else \
+            self.reranked(retrieval, self.condensed(dataset, "rerank"))
         extras = {name: self.named[name] for name in ("train_pairs", "dev_split", "mine_negatives") if name in self.named}
         extras.update({f"synth:{s.kind}": s for s in self.named.values() if s.resource == "llm" and s.kind != "rerank"})
         if cfg.downstream.tasks_root:
             extras.update({f"downstream:{label}": s for label, s in self.downstream(rankings, dataset).items()})
         sink = Stage("score", None, {"eval": {"metrics": list(cfg.eval.metrics), "breakdown": list(cfg.eval.breakdown)}},
                      inputs={"rankings": rankings, "data": dataset, **extras}, cheap=True, code=SCORING_CODE)
+        steps = self.steps.get("", [])
+        names = {stage.key: name for name, stage in self.named.items()}
+        chain = [("retrieve", retrieval), *[(names[r.key], r) for _, r in steps]]
         return CellGraph(sink=sink, named=dict(self.named), data=self.data,
                          texts={"encoder": encoder_text(cfg), "reranker": reranker_text(cfg)},
-                         oracle=self.oracle(), pair_groups=self.pair_groups)
+                         oracle=self.oracle(), pair_groups=self.pair_groups,
+                         cascade=[(step.preset, step.depth, chain[n][0], chain[n + 1][0]) for n, (step, _) in enumerate(steps)])
 
 
 def compose_cell(cfg: DictConfig, depths: Mapping[str, int] | None = None) -> CellGraph:

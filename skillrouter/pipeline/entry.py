@@ -26,6 +26,8 @@ def cell_choices(cfg: DictConfig, runtime_choices: Mapping[str, Any] | None = No
     runtime_choices = HydraConfig.get().runtime.choices if runtime_choices is None else runtime_choices
     choices = {str(g): str(o) for g, o in runtime_choices.items() if not str(g).startswith("hydra") and o is not None}
     choices.update({k: str(cfg[k]) for k in SWEEPABLE_VALUES if k in cfg})
+    if cfg.get("cascade"):  # a list: its steps, in order
+        choices["cascade"] = " > ".join(str(step) for step in cfg.cascade)
     return choices
 
 

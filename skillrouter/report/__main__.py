@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..data.jsonl import atomic_write_text
 from .attention import write_attention, yes_no_reranker
+from .cascade import CASCADE_NOTES, CONDENSE_NOTES, cascade_table, condensation_table
 from .cases import case_pairs, write_cases
 from .downstream import NOTES as DOWNSTREAM_NOTES, downstream_rows, downstream_table, write_downstream_cases
 from .collect import collect, usable
@@ -79,7 +80,11 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
              "downstream": ("Downstream agents: task success with no, gold and routed skills",
                             downstream_table(downstream_rows(run_roots, data)), DOWNSTREAM_NOTES),
              "tuning": ("Tuning: Optuna studies on a dev split, and their best trial on test",
-                        tuning_table(run_roots, base), TUNING_NOTES)}
+                        tuning_table(run_roots, base), TUNING_NOTES),
+             "cascade": ("Rerank cascades: each step's depth, the GT it can reach, the latency it adds",
+                         cascade_table(run_roots, data), CASCADE_NOTES),
+             "condensation": ("Query condensation: raw against condensed queries by instruction length",
+                              condensation_table(run_roots, data), CONDENSE_NOTES)}
     for name, (title, df, notes) in plain.items():
         write(f"{name}.csv", df.to_csv(index=False))
         write(f"{name}.tex", plain_to_latex(df, name, title, notes))

@@ -14,7 +14,7 @@ from .freshness import code_column, stale_column
 
 log = logging.getLogger(__name__)
 CHOICE_KEYS = ("data", "synth", "eval", "encoder", "reranker", "loss", "fusion", "fields", "tier", "topk", "fn_filter", "seed",
-               "agent")
+               "agent", "query", "cascade")
 # How a run scored the test split: with all training data, or with the dev split held out of training (a cell whose
 # fusion weight or parameters were chosen on dev). Both are test figures; a study's trials score "dev".
 TEST_SPLITS = ("test", "test, dev held out")

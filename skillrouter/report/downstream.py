@@ -24,6 +24,8 @@ from .tables import system_label
 
 NOTES = ["Success in %: per agent, the mean over tasks of the mean reward over trials that ran (a trial that never "
          "reached its verifier is counted apart); uplift recovered = (router - no skills) / (gold - no skills).",
+         "Skill use in %: the trials (that ran) whose agent read a skill the condition injected (its logs or trajectory "
+         "name a file in that skill's folder), and a GT skill's; averaged over agents.",
          "† p < 0.05 against no skills, two-sided paired randomization over task x agent pairs (10,000 sign flips)."]
 
 
@@ -42,7 +44,8 @@ def downstream_rows(run_roots: list[Path], data: str | None = None) -> list[dict
         for c in down["conditions"]:
             rows.append({"run": str(run), "router": router, "agent": choices.get("agent", down["agent"]),
                          "label": c["label"], "condition": c["condition"], "k": c["k"], "success": c["success"],
-                         "per_task": c["per_task"], "injected": c["injected"]})
+                         "per_task": c["per_task"], "injected": c["injected"],
+                         "skill_use_rate": c.get("skill_use_rate"), "gt_skill_use_rate": c.get("gt_skill_use_rate")})
     return rows
 
 
@@ -74,11 +77,14 @@ def downstream_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                     pairs[1].append(none["per_task"][task])
         present = [line[a] for a in agents if line[a] is not None]
         line["average"] = round(statistics.fmean(present), 1) if present else None
+        for column, key in (("skill use", "skill_use_rate"), ("GT skill use", "gt_skill_use_rate")):
+            rates = [r[key] for a in agents if (r := cell.get((name, a))) is not None and r.get(key) is not None]
+            line[column] = round(100 * statistics.fmean(rates), 1) if rates else None
         line["uplift recovered"] = round(100 * statistics.fmean(shares), 1) if shares else None
         marked = name != "no skills" and pairs[0] and paired_randomization(*pairs) < 0.05
         line["average"] = f"{line['average']:.1f}†" if marked and line["average"] is not None else line["average"]
         out.append(line)
-    return pd.DataFrame(out, columns=["condition", *agents, "average", "uplift recovered"])
+    return pd.DataFrame(out, columns=["condition", *agents, "average", "uplift recovered", "skill use", "GT skill use"])
 
 
 def downstream_cases(rows: list[dict[str, Any]]) -> str:

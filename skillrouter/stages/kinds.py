@@ -29,8 +29,8 @@ KINDS: dict[str, Kind] = {
     "mine_negatives": Kind(("encoder.negatives", "fn_filter", "seed"), "encoder=trained*"),
     "train_encoder": Kind(("encoder", "fields", "caps", "seed", "objective"), "encoder=trained*"),
     "train_reranker": Kind(("reranker", "loss", "fields", "caps", "seed", "objective"), "reranker=trained"),
-    "score_pairs": Kind(("reranker", "fields", "caps", "topk"), "a reranker other than none"),
-    "rerank": Kind(("reranker", "topk", "fusion"), "a reranker other than none"),
+    "score_pairs": Kind(("reranker", "fields", "caps", "topk", "cascade"), "a reranker other than none, or a cascade"),
+    "rerank": Kind(("reranker", "topk", "fusion", "cascade", "llm"), "a reranker other than none, or a cascade"),
     "fusion_weight": Kind(("fusion", "objective", "topk", "data.dev_queries", "data.dev_share", "data.dev_seed",
                            "data.dev_unit"),
                           "fusion=interpolate fusion.alpha=dev"),
@@ -42,6 +42,7 @@ KINDS: dict[str, Kind] = {
     "skill_sets": Kind(("downstream.tasks_root", "downstream.tasks", "downstream.skills", "downstream.k",
                         "downstream.verifier_reading"), "downstream.tasks_root"),
     "agent_trials": Kind(("downstream", "agent", "llm.model"), "downstream.tasks_root"),
+    "condense": Kind(("query", "llm"), "query=head|keywords|llm"),
     "score": Kind(("eval",), "every cell"),
 }
 

@@ -4,7 +4,8 @@ It answers ``/v1/chat/completions`` with deterministic JSON that is valid agains
 ``response_format`` schema, written from the prompt's data blocks (``<description>``, ``<body>``, ...;
 never the ``<name>`` block, so a generated query does not leak the skill's name), and ``/v1/models``.
 A terminal agent's turn (a prompt asking for ``keystrokes`` and ``task_complete``, Terminus-2's protocol) gets
-one command and ``task_complete: true``, so an agent trial on the stub ends at once (the wiring, not a solution).
+one command and ``task_complete: true``, so an agent trial on the stub ends at once (the wiring, not a solution); an
+LLM judge's prompt (numbered ``<skill n=...>`` candidates) gets one of their numbers, chosen by the prompt's hash.
 On demand it misbehaves, every N-th request: a timeout, a 429, a 500, or malformed JSON, so the
 client's retries are exercised through real HTTP.
 
@@ -28,6 +29,7 @@ from typing import Any
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9+#.-]{2,}")
 BLOCK = re.compile(r"<(\w+)[^>]*>\n(.*?)\n</\1>", re.S)
 AGENT_TURN = re.compile(r'"keystrokes".*"task_complete"|"task_complete".*"keystrokes"', re.S)
+CANDIDATE = re.compile(r'<skill n="(\d+)"')  # an LLM judge's numbered candidates (skillrouter.rerank.llm_judge)
 STOP = frozenset("the and for with that this from into your you are will can use when not all any only its".split())
 
 
@@ -120,9 +122,12 @@ def make_handler(state: StubState):
                 return self._send(int(fault), json.dumps({"error": {"message": f"stub {fault}"}}).encode())
             prompt = "\n".join(_text(m.get("content", "")) for m in body.get("messages", []))
             spec = (body.get("response_format") or {}).get("json_schema") or {}
+            numbers = CANDIDATE.findall(prompt)
             if not spec and AGENT_TURN.search(prompt):
                 answer = {"analysis": "stub", "plan": "list the working folder and finish",
                           "commands": [{"keystrokes": "ls\n", "duration": 0.1}], "task_complete": True}
+            elif not spec and numbers:
+                answer = int(numbers[_seed(prompt) % len(numbers)])
             else:
                 answer = fake(spec.get("schema", {"type": "object", "properties": {"text": {"type": "string"}}}),
                               words_of(prompt), _seed(prompt, spec.get("name", "")))
