@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,4 +87,17 @@ def test_a_grid_cell_scores_with_the_int8_export_of_its_fine_tuned_reranker(tmp_
     export = onnx_cell["stages"]["export_reranker"]
     manifest = json.loads((tmp_path / "c" / "export_reranker" / export["key"] / "manifest.json").read_text())
     assert manifest["inputs"]["model"] == torch_cell["stages"]["train_reranker"]["key"] and manifest["file"] == "model.int8.onnx"
-    assert abs(onnx_cell["metrics"]["mrr@10"] - torch_cell["metrics"]["mrr@10"]) <= 0.1
+    # the built-in skills come in near-twins a few hundredths apart, so int8 may swap a twin and move a 9-query MRR by
+    # a tenth: the scores themselves are what must agree, and each query's order with them
+    torch_scores, int8_scores = (_scores(sweep / str(i) / "rankings.jsonl") for i in (0, 1))
+    assert torch_scores.keys() == int8_scores.keys()
+    pairs = np.array([(s, int8_scores[q][k]) for q in torch_scores for k, s in torch_scores[q].items()])
+    assert np.corrcoef(pairs.T)[0, 1] >= 0.98
+    for qid, scores in torch_scores.items():
+        order = list(scores)
+        ranks = np.argsort(np.argsort([[scores[k] for k in order], [int8_scores[qid][k] for k in order]]), axis=1)
+        assert np.corrcoef(ranks)[0, 1] >= 0.85, qid  # Spearman's rho
+
+
+def _scores(rankings: Path) -> dict[str, dict[str, float]]:
+    return {r["qid"]: dict(r["ranked"]) for r in map(json.loads, rankings.read_text().splitlines())}

@@ -198,9 +198,11 @@ def test_skillrouter_recipe_says_what_the_paper_trained():
 ])
 def test_trained_presets_take_their_rate_from_the_base(encoder_base, reranker_base, rates):
     """encoder=trained / reranker=trained train at the base preset's fine_tune_lr (the papers' rate for a Qwen3
-    base, one epoch), so swapping the base alone follows the paper; an explicit lr still wins."""
+    base), so swapping the base alone follows the paper; an explicit lr still wins. Their epochs are a maximum that
+    early stopping on the dev split cuts short (the recipes, with no dev split of the papers', train one epoch)."""
     cfg = _cfg("encoder=trained", f"encoder@encoder.base={encoder_base}", "reranker=trained",
                f"reranker@reranker.base={reranker_base}")
     assert (cfg.encoder.train.lr, cfg.reranker.train.lr) == rates
-    assert (cfg.encoder.train.epochs, cfg.reranker.train.epochs) == (1, 1)
+    assert (cfg.encoder.train.epochs, cfg.reranker.train.epochs) == (3, 4)
+    assert cfg.encoder.train.early_stopping.patience == cfg.reranker.train.early_stopping.patience == 1
     assert _cfg("encoder=trained", "encoder.train.lr=1e-3").encoder.train.lr == 1e-3

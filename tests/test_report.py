@@ -22,7 +22,7 @@ from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
 SPECS = {t.name: t for t in TABLES}
 SCORED_BY = {"key": "-", "cached": False, "seconds": 0.0, "code": code_fingerprint(SCORING_CODE), "modules": list(SCORING_CODE)}
-PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream", "tuning")
+PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream", "tuning", "cascade", "condensation")
 BASE = {"data": "builtin", "reranker": "none", "loss": "listwise", "fields": "all", "topk": "20", "fn_filter": "on",
         "seed": "0", "tracking": "none"}
 
@@ -340,16 +340,18 @@ def test_a_model_trained_on_synthesised_pairs_is_not_the_tables_trained_row(tmp_
 
 
 def _downstream_run(root: Path, name: str, encoder: str, agent: str, routed: dict[str, float], none: dict[str, float],
-                    gold: dict[str, float]) -> None:
+                    gold: dict[str, float], use: tuple[float, float]) -> None:
+    """``use``: the routed condition's skill use and GT skill use rates (the agents' own logs)."""
     run = make_run(root, name, [1, 0], encoder=encoder, agent=agent)
     metrics = json.loads((run / "metrics.json").read_text())
 
-    def cond(label, condition, k, per_task):
+    def cond(label, condition, k, per_task, rates=(None, None)):
         return {"label": label, "condition": condition, "k": k, "success": sum(per_task.values()) / len(per_task),
-                "per_task": per_task, "injected": {t: [f"{encoder}-{t}"] for t in per_task}}
+                "per_task": per_task, "injected": {t: [f"{encoder}-{t}"] for t in per_task},
+                "skill_use_rate": rates[0], "gt_skill_use_rate": rates[1]}
 
     metrics["downstream"] = {"agent": agent, "conditions": [cond("none", "none", None, none), cond("gold", "gold", None, gold),
-                                                            cond("routed@1", "routed", 1, routed)]}
+                                                            cond("routed@1", "routed", 1, routed, use)]}
     (run / "metrics.json").write_text(json.dumps(metrics))
 
 
@@ -358,18 +360,22 @@ def test_the_downstream_table_has_the_papers_layout_and_hand_computed_values(tmp
 
     root = tmp_path / "runs"
     none, gold = {"a": 0.0, "b": 0.0, "c": 0.0, "d": 1.0}, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}  # 25 %, 100 %
-    _downstream_run(root, "0", "bm25", "oracle", {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}, none, gold)    # 50 %
-    _downstream_run(root, "1", "minilm", "oracle", {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}, none, gold)  # 75 %
+    _downstream_run(root, "0", "bm25", "oracle", {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}, none, gold, (1.0, 0.5))  # 50 %
+    _downstream_run(root, "1", "minilm", "oracle", {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}, none, gold, (1.0, 0.75))
     _downstream_run(root, "2", "minilm", "nop", {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}, {t: 0.0 for t in none},
-                    {t: 0.0 for t in none})
+                    {t: 0.0 for t in none}, (0.0, 0.0))  # oracle minilm: 75 %
     table = downstream_table(downstream_rows([root]))
-    assert list(table.columns) == ["condition", "nop", "oracle", "average", "uplift recovered"]
+    assert list(table.columns) == ["condition", "nop", "oracle", "average", "uplift recovered", "skill use", "GT skill use"]
     rows = table.set_index("condition")
     assert rows.loc["no skills", "oracle"] == 25.0 and rows.loc["gold skills", "oracle"] == 100.0
     assert rows.loc["bm25 top-1", "oracle"] == 50.0 and rows.loc["minilm top-1", "oracle"] == 75.0
     # uplift: (50 - 25) / (100 - 25) = 33.3 %; minilm: (75 - 25) / 75 = 66.7 % (nop has no uplift to share)
     assert rows.loc["bm25 top-1", "uplift recovered"] == 33.3 and rows.loc["minilm top-1", "uplift recovered"] == 66.7
     assert rows.loc["minilm top-1", "average"] == 37.5  # (0 + 75) / 2 over the two agents
+    # use rates average over the agents too: minilm (100 + 0) / 2 and (75 + 0) / 2; none where no trial logged a read
+    assert rows.loc["minilm top-1", ["skill use", "GT skill use"]].tolist() == [50.0, 37.5]
+    assert rows.loc["bm25 top-1", ["skill use", "GT skill use"]].tolist() == [100.0, 50.0]
+    assert rows.loc["no skills", ["skill use", "GT skill use"]].isna().all()
     cases = downstream_cases(downstream_rows([root]))
     assert "## oracle, top-1: bm25 vs minilm" in cases and "| b | 0.00 | 1.00 | bm25-b | minilm-b |" in cases
 

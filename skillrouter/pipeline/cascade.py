@@ -61,11 +61,15 @@ def preset(name: str, cfg: DictConfig) -> DictConfig:
     Hydra composes ``reranker=NAME`` (its defaults list resolved: ``trained``'s base)."""
     if str(cfg.reranker.get("name")) == name:
         return cfg.reranker
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
 
     overrides = [f"reranker={name}"]
-    if GlobalHydra.instance().is_initialized():
+    if GlobalHydra.instance().is_initialized():  # the launch's own search path: a user's --config-dir presets too
         return compose(config_name="config", overrides=overrides).reranker
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides).reranker
+    # outside a launch, a loader of its own: initialize_config_dir would leave its job name and version base behind
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    return loader.load_configuration("config", overrides, RunMode.RUN, from_shell=False).reranker
