@@ -98,7 +98,7 @@ def test_provenance_records_git_packages_seed(tmp_path):
 @pytest.mark.slow
 def test_easy_and_hard_cells_share_one_trained_reranker(tmp_path):
     proc = launch(tmp_path, "data=tiny", "encoder=bm25", "reranker=trained", "tier=easy,hard",
-                  "reranker.list_size=4", "reranker.train.batch_size=8")
+                  "reranker.list_size=4", "reranker.train.batch_size=8", "reranker.train.epochs=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [json.loads(f.read_text()) for f in (tmp_path / "grid").glob("*/metrics.json")]
     assert sorted(r["choices"]["tier"] for r in runs) == ["easy", "hard"]

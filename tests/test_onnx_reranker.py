@@ -78,7 +78,7 @@ def test_a_grid_cell_scores_with_the_int8_export_of_its_fine_tuned_reranker(tmp_
     weights, two scorings; the rankings agree at the top."""
     sweep = tmp_path / "grid"
     proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "data=tiny", "reranker=trained",
-                           "reranker.backend=torch,onnx-int8", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'c'}",
+                           "reranker.train.epochs=1", "reranker.backend=torch,onnx-int8", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'c'}",
                            "progress=false"], cwd=ROOT, capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -128,7 +128,7 @@ def test_generate_train_evaluate_easy_and_hard_then_reuse(tmp_path, monkeypatch)
     named by llm.api_key_env reaches no file."""
     secret = "sk-synth-secret-never-written-0123456789"
     monkeypatch.setenv("SKILLROUTER_TEST_KEY", secret)
-    grid = ("llm=stub", "synth=skillrouter", "encoder=trained", "tier=easy,hard", "data=tiny",
+    grid = ("llm=stub", "synth=skillrouter", "encoder=trained", "encoder.train.epochs=1", "tier=easy,hard", "data=tiny",
             "llm.api_key_env=SKILLROUTER_TEST_KEY", "llm.stub.rate_limit_every=7", "llm.stub.malformed_every=11",
             "tracking=wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -199,6 +199,7 @@ def test_no_llm_for_a_generating_grid_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_r3_synthesis_feeds_graded_reranker_training(tmp_path):
     proc = launch(tmp_path, "llm=stub", "synth=r3", "data=tiny", "encoder=bm25", "reranker=trained", "loss=graded",
+                  "reranker.train.epochs=1",
                   "synth.r3.n_sub=6", "synth.r3.n_super=2", "synth.r3.sets={1: 8, 2: 8, 3: 6}", "synth.r3.test_fraction=0.2",
                   "reranker.train.batch_size=8", "reranker.list_size=4", multirun=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
