@@ -52,7 +52,9 @@ bench: setup
 	$(BIN)/python benchmarks/grid_orchestration.py
 	$(BIN)/python benchmarks/job_exit.py
 	$(BIN)/python benchmarks/grid_allocation.py
-	$(BIN)/python benchmarks/train_memory.py
+	$(BIN)/python benchmarks/train_memory.py --batches 8 --profile 8
+	$(BIN)/python benchmarks/bf16_parity.py
+	$(BIN)/python benchmarks/padding.py
 
 # make reliability : run the fault-injection suite and write its table to reports/reliability.md
 reliability: setup system-deps

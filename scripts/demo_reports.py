@@ -27,7 +27,7 @@ MULTIRUN = ROOT / "outputs" / "multirun"
 SWEEPS = [
     ("encoder_results", []), ("pipeline_results", []), ("loss_ablation", []), ("topk_ablation", []),
     ("fn_filter", []), ("skip_ablation", []), ("body_removal", []), ("synth_demo", []), ("synth_r3_demo", []),
-    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]),
+    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]), ("skillflow_demo", []),
     ("field_attention", [f"reranker.base.model={STAND_INS / 'causal_lm'}"]),
 ]
 
