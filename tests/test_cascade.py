@@ -96,6 +96,8 @@ def test_condensed_queries_are_a_stage_the_rerank_steps_read(tmp_path):
     assert kw.named["retrieve"].key == raw.named["retrieve"].key  # retrieval read the raw query
     assert both.named["retrieve"].inputs["data"].kind == "condense"
     assert kw.sink.inputs["data"].kind == "load_data"  # metrics and strata read the benchmark's own queries
+    with pytest.raises(DataError, match="query.apply"):  # a misspelt role is an error, not raw queries everywhere
+        _cell(tmp_path, "reranker=minilm_ce", "query=keywords", "query.apply=reranker")
 
 
 @pytest.mark.slow

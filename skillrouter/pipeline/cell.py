@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import events
 from ..cache.store import StageCache, StageRecord, record_dict
 from ..data import Dataset, load_descriptions
-from ..data.jsonl import atomic_write_json, read_json, read_jsonl
+from ..data.jsonl import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from ..data.types import Query
 from ..eval.metrics import aggregate_rows, parse_metrics, per_query_rows, recall_curve
 from ..eval.strata import derive
@@ -221,7 +220,8 @@ class CellRun:
             manifest = cache.manifest(condensed.kind, condensed.key)
             result["query"] = {"method": manifest["method"], "apply": str(self.cfg.query.apply),
                                "fallbacks": manifest["fallbacks"], "median_chars": manifest["median_chars"]}
-            shutil.copyfile(cache.entry(condensed.kind, condensed.key) / CONDENSED, self.run_dir / "condensed_queries.jsonl")
+            atomic_write_text(self.run_dir / "condensed_queries.jsonl",
+                              (cache.entry(condensed.kind, condensed.key) / CONDENSED).read_text(encoding="utf-8"))
         reordered = self.graph.named.get("rerank") or self.graph.named.get(self.graph.cascade[-1][3] if self.graph.cascade else "")
         if reordered is not None and "fusion" in reordered.params:  # the fusion applied, and where its weight came from
             result["fusion"] = cache.manifest(reordered.kind, reordered.key)["fusion"]

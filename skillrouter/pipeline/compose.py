@@ -450,10 +450,10 @@ class CellComposer:
         """``dataset`` as the ``role`` stage (``retrieve`` or ``rerank``) reads its queries: condensed where
         ``query.apply`` names the role (:mod:`skillrouter.stages.condense`), else as they are."""
         query = self.cfg.get("query") or {"method": "raw", "apply": "rerank"}
-        if query["method"] == "raw" or query["apply"] not in (role, "both"):
-            return dataset
         if query["apply"] not in QUERY_APPLY:
             raise DataError("config", None, "query.apply", f"must be one of {', '.join(QUERY_APPLY)}, got {query['apply']!r}")
+        if query["method"] == "raw" or query["apply"] not in (role, "both"):
+            return dataset
         prompt = condense_template(str(query["prompt"])) if query["method"] == "llm" else None
         return self.record("condense", condense_queries(dataset, _plain(query), _plain(self.cfg.llm), prompt))
 

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..eval.strata import CHARS
-from .collect import find_runs
+from .collect import completed_runs
 
 CASCADE_NOTES = ["Per step: the candidates it reorders (depth), the share of each query's GT skills within that depth of "
                  "the ranking it reads (mean over queries), and its stages' build seconds per query (pair scoring and the "
@@ -27,18 +26,6 @@ CONDENSE_NOTES = ["Hit@1 and MRR@10 in %, mean ± s.d. over seeds and tiers (n r
                   "(query=..., read by the rerank steps unless the row says otherwise); fallbacks: condensed queries "
                   "that came back empty or failed and were kept raw."]
 QUARTILES = ("Q1", "Q2", "Q3", "Q4")
-
-
-def _completed(run_roots: list[Path], data: str | None) -> list[dict[str, Any]]:
-    out = []
-    for run in find_runs(run_roots):
-        path = run / "metrics.json"
-        if not path.exists():
-            continue
-        metrics = json.loads(path.read_text())
-        if metrics.get("status") == "completed" and (data is None or metrics.get("choices", {}).get("data") == data):
-            out.append(metrics)
-    return out
 
 
 def _stat(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -64,7 +51,7 @@ def pipeline(metrics: dict[str, Any], with_query: bool = True) -> str:
 def cascade_table(run_roots: list[Path], data: str | None = None) -> pd.DataFrame:
     cells: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     labels: dict[tuple[str, int], tuple[str, int]] = {}
-    for metrics in _completed(run_roots, data):
+    for _, metrics in completed_runs(run_roots, data):
         steps = metrics.get("cascade")
         if not steps:
             continue
@@ -81,7 +68,7 @@ def cascade_table(run_roots: list[Path], data: str | None = None) -> pd.DataFram
 
 def condensation_table(run_roots: list[Path], data: str | None = None) -> pd.DataFrame:
     cells: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for metrics in _completed(run_roots, data):
+    for _, metrics in completed_runs(run_roots, data):
         m, query = metrics.get("metrics", {}), metrics.get("query") or {}
         if f"{CHARS}=Q1/hit@1" not in m:
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -24,6 +24,18 @@ def find_runs(roots: list[Path]) -> list[Path]:
     """Every run directory (one holding ``status.json`` or ``metrics.json``) under ``roots``."""
     found = {p.parent for root in roots for name in ("metrics.json", "status.json") for p in root.rglob(name)}
     return sorted(found, key=str)
+
+
+def completed_runs(roots: list[Path], data: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each completed run under ``roots`` with its ``metrics.json`` (only those on ``data`` when given): what the
+    tables that read runs' own sections (cascade, condensation, downstream) draw from."""
+    for run in find_runs(roots):
+        path = run / "metrics.json"
+        if not path.exists():
+            continue
+        metrics = json.loads(path.read_text())
+        if metrics.get("status") == "completed" and (not data or metrics.get("choices", {}).get("data") == data):
+            yield run, metrics
 
 
 def shown_path(run_dir: Path, root: Path | None = None) -> str:

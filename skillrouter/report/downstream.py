@@ -9,7 +9,6 @@ the test the other tables use over queries). The cases: tasks where two routers'
 k) ended differently, with what each injected."""
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ..data.jsonl import atomic_write_text
-from .collect import find_runs
+from .collect import completed_runs
 from .significance import paired_randomization
 from .tables import system_label
 
@@ -32,13 +31,9 @@ NOTES = ["Success in %: per agent, the mean over tasks of the mean reward over t
 def downstream_rows(run_roots: list[Path], data: str | None = None) -> list[dict[str, Any]]:
     """One row per (run, condition): the router, agent, condition, success and per-task rewards."""
     rows = []
-    for run in find_runs(run_roots):
-        path = run / "metrics.json"
-        if not path.exists():
-            continue
-        metrics = json.loads(path.read_text())
+    for run, metrics in completed_runs(run_roots, data):
         down, choices = metrics.get("downstream"), metrics.get("choices", {})
-        if metrics.get("status") != "completed" or not down or (data and choices.get("data") != data):
+        if not down:
             continue
         router = system_label(pd.Series({k: choices.get(k, "none") for k in ("encoder", "reranker", "loss")}))
         for c in down["conditions"]:

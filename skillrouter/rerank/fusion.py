@@ -67,6 +67,12 @@ def fuse(first: Sequence[float], reranker: Sequence[float], fusion: Fusion) -> l
     return (1.0 / (fusion.k + ranks(first)) + 1.0 / (fusion.k + ranks(reranker))).tolist()
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """The standard error of the mean of per-query ``values`` (0 for fewer than two): the noise a dev split's choice,
+    of a fusion weight or of an epoch, is read against."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
 def one_standard_error(per_alpha: Mapping[float, Sequence[float]]) -> tuple[float, float, float]:
     """``(chosen, best, se)`` from each weight's per-query dev scores: ``best`` scores the highest mean, ``se`` is the
     standard error of its mean over the queries, and ``chosen`` is the smallest weight whose mean is within ``se`` of
@@ -76,6 +82,5 @@ def one_standard_error(per_alpha: Mapping[float, Sequence[float]]) -> tuple[floa
     if not means:
         raise ValueError("no dev query was scored: the fusion weight cannot be chosen")
     best = max(means, key=lambda a: (means[a], -a))
-    scores = per_alpha[best]
-    se = float(np.std(scores, ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else 0.0
+    se = standard_error(per_alpha[best])
     return min(a for a, m in means.items() if m >= means[best] - se - 1e-12), best, se

@@ -47,16 +47,17 @@ def _rankings(ctx: BuildContext, role: str, n: int) -> list[Ranking]:
     return [rankings[f"train-{i:06d}"] for i in range(n)]
 
 
-def _lists_of(ctx: BuildContext, pairs: str, candidates: str, seed: int) -> list:
+def _lists_of(ctx: BuildContext, pairs: str, candidates: str, seed: int) -> tuple[list, int]:
     """A reranker's training lists from a pairs stage and the first stage's candidates for its queries, with the
-    first stage's scores where distillation reads them."""
+    first stage's scores where distillation reads them; and how many training queries they came from."""
     from ..train.reranker import build_lists
 
     p = ctx.params
     examples = read_examples(ctx.input(pairs))
     rankings = _rankings(ctx, candidates, len(examples))
     teacher = [dict(zip(r.ids, r.scores)) for r in rankings] if p.get("distill", {}).get("weight") else None
-    return build_lists(examples, [r.ids for r in rankings], p["loss"], p["list_size"], p["negatives"], seed, teacher)
+    lists = build_lists(examples, [r.ids for r in rankings], p["loss"], p["list_size"], p["negatives"], seed, teacher)
+    return lists, len(examples)
 
 
 def _build_mining(ctx: BuildContext) -> dict[str, Any]:
@@ -212,15 +213,15 @@ def _build_reranker(ctx: BuildContext) -> dict[str, Any]:
 
     p = ctx.params
     seed = p["train"]["seed"]
-    lists = _lists_of(ctx, "pairs", "candidates", seed)
-    pretrain = (Pretraining(tuple(_lists_of(ctx, "pretrain_pairs", "pretrain_candidates", seed)), p["pretrain"]["epochs"])
+    lists, n_examples = _lists_of(ctx, "pairs", "candidates", seed)
+    pretrain = (Pretraining(tuple(_lists_of(ctx, "pretrain_pairs", "pretrain_candidates", seed)[0]), p["pretrain"]["epochs"])
                 if ctx.has("pretrain_pairs") else None)
     train = TrainConfig(**p["train"], **ctx.stage.options["execution"], show_progress=ctx.progress)
     trained = data_parallel.run(train_reranker_run, (RerankerSpec(**p["base"]), lists, _skill_texts(ctx), p["loss"],
                                                      train, ctx.work, ctx.out / "model", _reranker_dev(ctx), _early(ctx),
                                                      pretrain, Distillation(**p["distill"]) if "distill" in p else None),
                                 data_parallel.processes())
-    return {**_curve(ctx, trained, len(read_examples(ctx.input("pairs")))), "n_lists": len(lists),
+    return {**_curve(ctx, trained, n_examples), "n_lists": len(lists),
             **({"pretrain": {"lists": len(pretrain.lists), "steps": trained.pretrain_steps}} if pretrain else {})}
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..progress import progress
+from ..rerank.fusion import standard_error
 from ..throughput import Throughput
 from .. import events
 from .config import EarlyStopping, TrainConfig
@@ -146,7 +147,7 @@ class DevWatch:
         values = [float(v) for v in self.evaluate(module)]
         module.train(was)
         mean = float(np.mean(values)) if values else 0.0
-        error = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
+        error = standard_error(values)
         self.curve.append(mean)
         self.errors.append(error)
         if is_main():
