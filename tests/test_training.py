@@ -417,7 +417,7 @@ def test_no_training_step_tokenises_and_bf16_steps_learn(tiny, tmp_path, monkeyp
 def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
     """The dev curve 0.2, 0.5, 0.5, 0.45 with patience 2 stops after epoch 4 of 8 and the module holds epoch 2's
     weights; a run killed after epoch 3 resumes to the same curve and weights; a curve within one standard error of
-    its best everywhere is flat."""
+    its best everywhere is flat; a best epoch within one standard error of the ceiling 1 stops at once (saturated)."""
     import torch
 
     from skillrouter.train.config import EarlyStopping
@@ -446,6 +446,7 @@ def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
     assert torch.equal(module.weight.detach(), seen[2]) and not torch.equal(seen[4], seen[2])
     record = watch.record(8)
     assert (record["epoch_kept"], record["epochs_run"], record["stopped_early"], record["flat"]) == (2, 4, True, False)
+    assert not record["saturated"]
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "w2", die_after=3)
     resumed, again, _ = run(tmp_path / "w2")
@@ -453,3 +454,7 @@ def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
     scripted.update({1: [0.4, 0.6], 2: [0.5, 0.5], 3: [0.45, 0.5], 4: [0.5, 0.48]})  # every epoch within one s.e. of 0.5
     _, flat, _ = run(tmp_path / "w3")
     assert flat.record(8)["flat"]
+    scripted.update({1: [0.8, 0.8], 2: [1.0, 0.9], 3: [1.0, 1.0]})  # epoch 2: 0.95 +- 0.05 reaches 1 within one s.e.
+    _, full, _ = run(tmp_path / "w4")
+    record = full.record(8)
+    assert (record["curve"], record["epoch_kept"], record["saturated"], record["stopped_early"]) == ([0.8, 0.95], 2, True, True)
