@@ -63,7 +63,7 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     for stage, dev in ((name, (t or {}).get("dev") or {}) for name, t in (data.get("training") or {}).items()):
         short = stage.removeprefix("train_")  # encoder | reranker
         row.update({f"{short}_epochs": dev.get("epoch_kept"), f"{short}_epochs_run": dev.get("epochs_run"),
-                    f"{short}_dev_flat": dev.get("flat")})
+                    f"{short}_dev_flat": dev.get("flat"), f"{short}_dev_saturated": dev.get("saturated")})
     positives = data.get("training_positives") or {}
     row.update(tp_candidate_share=positives.get("candidate_share"), tp_top1_share=positives.get("top1_share"))
     row["code"] = code_column(data.get("stages", {}))

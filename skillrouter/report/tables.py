@@ -271,11 +271,16 @@ def _remarks(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> dict[tupl
     return out
 
 
+def _in_runs(runs: list[pd.Series], column: str, said: str, why: str) -> str:
+    """``; <said> in n of m runs: <why>`` where any run's ``column`` is true ("" where none's is)."""
+    n = sum(1 for r in runs if r.get(column) is True)
+    return f"; {said} in {n} of {len(runs)} runs: {why}" if n else ""
+
+
 def _flat(runs: list[pd.Series], column: str) -> str:
-    """``; the dev curve was flat in n of m runs (...)`` where any was: a choice made on a flat curve is no evidence."""
-    flat = sum(1 for r in runs if r.get(column) is True)
-    return (f"; its dev curve was flat (every choice within one standard error of the best) in {flat} of {len(runs)} "
-            "runs: a choice made there is no evidence" if flat else "")
+    """Where any run's dev curve was flat: a choice made on a flat curve is no evidence."""
+    return _in_runs(runs, column, "its dev curve was flat (every choice within one standard error of the best)",
+                    "a choice made there is no evidence")
 
 
 def fusion_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list[str]:
@@ -303,7 +308,9 @@ def training_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list
                 kept = ", ".join(str(int(r[f"{stage}_epochs"])) for r in rs)
                 ran = max(int(r[f"{stage}_epochs_run"]) for r in rs)
                 notes.append(f"{row}: the trained {stage} kept epoch {kept} (early stopping on the dev split, up to "
-                             f"{ran} epochs run)" + _flat(rs, f"{stage}_dev_flat"))
+                             f"{ran} epochs run)" + _flat(rs, f"{stage}_dev_flat")
+                             + _in_runs(rs, f"{stage}_dev_saturated", "the epoch kept was within one standard error of "
+                                        "a perfect dev objective", "training stopped there"))
     return notes
 
 
