@@ -3,12 +3,17 @@ loss tables over three seeds, the others over one), the Qwen3 paths on tiny rand
 SkillRouter reproduction on the eval-core sample of ../shared/data when it is there), the downstream study under
 Harbor's oracle (when Docker and Harbor are up: `make demo-agents` brings them), then `python -m skillrouter.report`.
 Each sweep's folder is emptied first, so the report holds this code's runs only. The wall time of every step goes to
-reports/perf/report_demo.{json,md}. The figures show the formats, not model quality.
+reports/perf/report_demo.{json,md}, written after each step: a killed run keeps the times of the steps it finished,
+and `--from SWEEP` resumes it there (the sweeps before it keep their folders and their times; trainings a killed
+sweep left half-done resume from their checkpoints). The figures show the formats, not model quality.
 
-    make report-demo                 # = python scripts/demo_reports.py
+    make report-demo                              # = python scripts/demo_reports.py
+    python scripts/demo_reports.py --from tune_reranker_lr
 """
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -23,12 +28,17 @@ PY = sys.executable
 STAND_INS = ROOT / ".cache" / "stand-ins"
 CORE = ROOT.parent / "shared" / "data" / "skillrouter-eval-core-sample"
 MULTIRUN = ROOT / "outputs" / "multirun"
+FIGURES = ROOT / "reports" / "perf" / "report_demo.json"
+# One reranker training to convergence (up to 4 epochs with a dev pass each) takes about 5 minutes on 2 cores: the
+# three-seed tables (encoder, pipeline, loss; topk reuses the loss table's models) train as the presets do, and the
+# one-seed tables whose subject is not training length train their rerankers one epoch.
+ONE_EPOCH = "reranker.train.epochs=1"
 # sweep, extra overrides; the showcase tables' sweeps first: the others reuse their trained models
 SWEEPS = [
     ("encoder_results", []), ("pipeline_results", []), ("loss_ablation", []), ("topk_ablation", []),
-    ("fn_filter", []), ("skip_ablation", []), ("body_removal", []), ("synth_demo", []), ("synth_r3_demo", []),
-    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]), ("skillflow_demo", []),
-    ("field_attention", [f"reranker.base.model={STAND_INS / 'causal_lm'}"]),
+    ("fn_filter", []), ("skip_ablation", [ONE_EPOCH]), ("body_removal", []), ("synth_demo", []), ("synth_r3_demo", []),
+    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", ONE_EPOCH]),
+    ("skillflow_demo", [ONE_EPOCH]), ("field_attention", [f"reranker.base.model={STAND_INS / 'causal_lm'}"]),
 ]
 
 
@@ -48,10 +58,25 @@ def agents_ready() -> bool:
     return harbor.exists() and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
 
+def write(seconds: dict[str, float], failed: list[str], skipped: list[str], resumed_from: str | None,
+          done: bool) -> None:
+    """The figures so far (after every step: a killed run keeps what it measured)."""
+    total = round(sum(seconds.values()), 1)
+    write_figures("report_demo", {"total_s": total, "total_min": round(total / 60, 1), "complete": done,
+                                  "resumed_from": resumed_from or "none (one run)", "steps_s": seconds,
+                                  "failed": failed or ["none"], "skipped": skipped or ["none"]},
+                  "make report-demo (python scripts/demo_reports.py)")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from", dest="start", choices=[name for name, _ in SWEEPS] + ["reproduce_skillrouter",
+                        "downstream_demo"], help="resume a killed run at this sweep (the earlier ones are kept)")
+    start = parser.parse_args().start
     seconds: dict[str, float] = {}
+    if start and FIGURES.exists():  # the finished steps' times of the run this one resumes
+        seconds.update(json.loads(FIGURES.read_text())["figures"]["steps_s"])
     failed: list[str] = []
-    t0 = time.perf_counter()
     if not (STAND_INS / "causal_lm").is_dir():
         run("stand-ins", [PY, "-m", "skillrouter.models", "--out", str(STAND_INS)], seconds, failed)
     sweeps = list(SWEEPS)
@@ -65,15 +90,15 @@ def main() -> None:
         sweeps.append(("downstream_demo", []))
     else:
         skipped.append("downstream_demo (no Docker engine or Harbor: `make demo-agents` sets them up)")
-    for name, extra in sweeps:
+    names = [name for name, _ in sweeps]
+    for name, extra in sweeps[names.index(start) if start else 0:]:
+        seconds.pop(name, None)
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
         run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra], seconds, failed)
-    roots = [str(MULTIRUN / name) for name, _ in sweeps]
-    run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *roots], seconds, failed)
-    total = round(time.perf_counter() - t0, 1)
-    write_figures("report_demo", {"total_s": total, "total_min": round(total / 60, 1), "steps_s": seconds,
-                                  "failed": failed or ["none"], "skipped": skipped or ["none"]},
-                  "make report-demo (python scripts/demo_reports.py)")
+        write(seconds, failed, skipped, start, done=False)
+    run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *(str(MULTIRUN / n) for n in names)],
+        seconds, failed)
+    write(seconds, failed, skipped, start, done=True)
     sys.exit(1 if failed else 0)
 
 
