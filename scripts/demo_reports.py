@@ -30,14 +30,15 @@ CORE = ROOT.parent / "shared" / "data" / "skillrouter-eval-core-sample"
 MULTIRUN = ROOT / "outputs" / "multirun"
 FIGURES = ROOT / "reports" / "perf" / "report_demo.json"
 # One reranker training to convergence (up to 4 epochs with a dev pass each) takes about 5 minutes on 2 cores: the
-# three-seed tables (encoder, pipeline, loss; topk reuses the loss table's models) train as the presets do, and the
-# one-seed tables whose subject is not training length train their rerankers one epoch.
+# three-seed tables (encoder, pipeline, loss; topk reuses the loss table's models) and the skip ablation train as the
+# presets do; the Optuna study and the SkillFlow cascade, whose subject is not training length, train their rerankers
+# one epoch (the study's sweep names reranker=trained among its params: the override needs it on the command line).
 ONE_EPOCH = "reranker.train.epochs=1"
 # sweep, extra overrides; the showcase tables' sweeps first: the others reuse their trained models
 SWEEPS = [
     ("encoder_results", []), ("pipeline_results", []), ("loss_ablation", []), ("topk_ablation", []),
-    ("fn_filter", []), ("skip_ablation", [ONE_EPOCH]), ("body_removal", []), ("synth_demo", []), ("synth_r3_demo", []),
-    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", ONE_EPOCH]),
+    ("fn_filter", []), ("skip_ablation", []), ("body_removal", []), ("synth_demo", []), ("synth_r3_demo", []),
+    ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "reranker=trained", ONE_EPOCH]),
     ("skillflow_demo", [ONE_EPOCH]), ("field_attention", [f"reranker.base.model={STAND_INS / 'causal_lm'}"]),
 ]
 
