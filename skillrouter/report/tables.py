@@ -300,15 +300,17 @@ def training_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list
     choose."""
     notes = []
     for stage in ("reranker", "encoder"):
-        runs: dict[str, list[pd.Series]] = {}
+        trainings: dict[str, dict[str, pd.Series]] = {}  # a row's trainings by seed: its columns (tiers) share them
         for (row, _), per_seed in sorted(chosen.items(), key=lambda kv: str(kv[0])):
-            runs.setdefault(row, []).extend(r for r in per_seed.values() if not pd.isna(r.get(f"{stage}_epochs", np.nan)))
-        for row, rs in runs.items():
+            trainings.setdefault(row, {}).update(
+                {seed: r for seed, r in per_seed.items() if not pd.isna(r.get(f"{stage}_epochs", np.nan))})
+        for row, by_seed in trainings.items():
+            rs = [by_seed[seed] for seed in sorted(by_seed)]
             if rs:
                 kept = ", ".join(str(int(r[f"{stage}_epochs"])) for r in rs)
                 ran = max(int(r[f"{stage}_epochs_run"]) for r in rs)
                 notes.append(f"{row}: the trained {stage} kept epoch {kept} (early stopping on the dev split, up to "
-                             f"{ran} epochs run)" + _flat(rs, f"{stage}_dev_flat")
+                             f"{ran} epoch{'' if ran == 1 else 's'} run)" + _flat(rs, f"{stage}_dev_flat")
                              + _in_runs(rs, f"{stage}_dev_saturated", "the epoch kept was within one standard error of "
                                         "a perfect dev objective", "training stopped there"))
     return notes
