@@ -93,7 +93,6 @@ def main() -> None:
         skipped.append("downstream_demo (no Docker engine or Harbor: `make demo-agents` sets them up)")
     names = [name for name, _ in sweeps]
     for name, extra in sweeps[names.index(start) if start else 0:]:
-        seconds.pop(name, None)
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
         run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra], seconds, failed)
         write(seconds, failed, skipped, start, done=False)
