@@ -303,7 +303,10 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a
     CPU array job per reranker; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
-    local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False, wait=False)  # beside the cluster's
+    # beside the cluster's, on one thread as each of its jobs (slurm_dev: 1 CPU): a float sum's order follows the
+    # thread count, and bf16 training turns that into rank flips between otherwise equal runs
+    local = launch(dict(env, OMP_NUM_THREADS="1"), tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False,
+                   wait=False)
     by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")
     assert by_stage.returncode == 0, by_stage.stdout[-3000:]
     runs = [json.loads(f.read_text()) for f in (tmp_path / "stage").glob("*/metrics.json")]
