@@ -40,6 +40,18 @@ def test_build_once_then_reuse(tmp_path):
     assert cache.entries()[0]["users"] == ["run1", "run2"]
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_an_entrys_manifest_is_as_readable_as_the_umask_lets_any_file_be(tmp_path, umask, mode):
+    """A lab shares one cache (and reads each other's metrics): the atomic writes get 0666 less the umask, as any
+    file the user writes, not the temporary file's 0600."""
+    previous = os.umask(umask)
+    try:
+        record = StageCache(tmp_path / "c").get_or_build("s", key(a=1), _build_counter(tmp_path / "n"))
+    finally:
+        os.umask(previous)
+    assert (Path(record.path) / MANIFEST).stat().st_mode & 0o777 == mode
+
+
 def test_key_depends_on_params_inputs_code_and_version():
     base = stage_key("s", 1, "code", {"a": 1}, {"data": "k1"})
     assert base != stage_key("s", 1, "code", {"a": 2}, {"data": "k1"})

@@ -5,7 +5,7 @@ import gzip
 import io
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -98,16 +98,19 @@ def read_json(path: str | Path) -> Any:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename, so readers never see half a file."""
+    """Write via a temporary file in the same folder and rename, so readers never see half a file. The file gets the
+    permissions any file the user writes gets (0666 less the umask), not ``mkstemp``'s 0600: a lab's shared cache,
+    its sweeps' metrics and reports stay readable by the group the umask lets read them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
