@@ -531,12 +531,12 @@ def test_a_capped_queue_splits_the_array_and_waits_for_room(slurm_env, tmp_path)
 
 def test_the_users_training_grid_on_the_builtin_data_runs_with_the_clusters_defaults(slurm_env, tmp_path):
     """The README's grid as a new user runs it, on the built-in data with the dev profile's defaults, cut to one of its
-    cells (both training kinds, every other stage kind of the grid: the smallest grid that shows it) and each training
-    pair in one of its wordings and one epoch (a step's memory is the batch's, not the data's or the epochs'). Encoder
-    training peaks at ~7 GB there (a job gets 4 GB per CPU by default); the profile gives the training kinds what they
-    measured."""
+    cells (both training kinds, every other stage kind of the grid: the smallest grid that shows it), three of its
+    domains, and each training pair in one of its wordings and one epoch (a step's memory is the batch's, not the
+    data's or the epochs'). Encoder training peaks at ~7 GB there (a job gets 4 GB per CPU by default); the profile
+    gives the training kinds what they measured."""
     args = [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path / 'grid'}", f"cache_dir={tmp_path / 'c'}",
-            "progress=false", "encoder=trained", "reranker=trained", "loss=listwise", "topk=20",
+            "progress=false", "encoder=trained", "reranker=trained", "loss=listwise", "topk=20", "data.builtin.n_domains=3",
             "data.builtin.train_templates=1", "encoder.train.epochs=1", "reranker.train.epochs=1", *SLURM_ARGS]
     proc = subprocess.run(args, cwd=ROOT, env=slurm_env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
