@@ -51,7 +51,13 @@ def _own_cluster(slurm_env):
 
 
 def launch(env, sweep: Path, cache: Path, *overrides: str, slurm: bool | list[str] = True, wait: bool = True):
+    """The grid through the cluster's launcher (``slurm``: the dev profile, or these launcher overrides), or locally
+    on one thread, as each of the dev profile's 1-CPU jobs runs: a float sum's order follows the thread count, and a
+    bf16 training turns that into rank flips between runs the tests hold equal (run alone, outside make test's
+    one-thread workers, a two-thread local grid's reranker flipped a rank at top-50)."""
     launcher = slurm if isinstance(slurm, list) else SLURM_ARGS if slurm else []
+    if not slurm:
+        env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     args = [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep}", f"cache_dir={cache}",
             "progress=false", "data=tiny", *launcher, *overrides]
     if not wait:
@@ -303,10 +309,7 @@ def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages
     each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a
     CPU array job per reranker; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
-    # beside the cluster's, on one thread as each of its jobs (slurm_dev: 1 CPU): a float sum's order follows the
-    # thread count, and bf16 training turns that into rank flips between otherwise equal runs
-    local = launch(dict(env, OMP_NUM_THREADS="1"), tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False,
-                   wait=False)
+    local = launch(env, tmp_path / "local", tmp_path / "c2", *USER_GRID, slurm=False, wait=False)  # beside the cluster's
     by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")
     assert by_stage.returncode == 0, by_stage.stdout[-3000:]
     runs = [json.loads(f.read_text()) for f in (tmp_path / "stage").glob("*/metrics.json")]
