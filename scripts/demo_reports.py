@@ -41,6 +41,7 @@ SWEEPS = [
     ("tune_reranker_lr", ["hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "reranker=trained", ONE_EPOCH]),
     ("skillflow_demo", [ONE_EPOCH]), ("field_attention", [f"reranker.base.model={STAND_INS / 'causal_lm'}"]),
 ]
+REPRODUCTION, DOWNSTREAM = "reproduce_skillrouter", "downstream_demo"  # appended when their inputs are here
 
 
 def run(step: str, command: list[str], seconds: dict[str, float], failed: list[str]) -> None:
@@ -71,8 +72,8 @@ def write(seconds: dict[str, float], failed: list[str], skipped: list[str], resu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--from", dest="start", choices=[name for name, _ in SWEEPS] + ["reproduce_skillrouter",
-                        "downstream_demo"], help="resume a killed run at this sweep (the earlier ones are kept)")
+    parser.add_argument("--from", dest="start", choices=[*(name for name, _ in SWEEPS), REPRODUCTION, DOWNSTREAM],
+                        help="resume a killed run at this sweep (the earlier ones are kept)")
     start = parser.parse_args().start
     seconds: dict[str, float] = {}
     if start and FIGURES.exists():  # the finished steps' times of the run this one resumes
@@ -82,15 +83,15 @@ def main() -> None:
         run("stand-ins", [PY, "-m", "skillrouter.models", "--out", str(STAND_INS)], seconds, failed)
     sweeps = list(SWEEPS)
     if CORE.is_dir():
-        sweeps.append(("reproduce_skillrouter", [f"data.root={CORE}", f"encoder.model={STAND_INS / 'base'}",
-                                                 f"++reranker.model={STAND_INS / 'causal_lm'}"]))
+        sweeps.append((REPRODUCTION, [f"data.root={CORE}", f"encoder.model={STAND_INS / 'base'}",
+                                      f"++reranker.model={STAND_INS / 'causal_lm'}"]))
     skipped = []
     if agents_ready():
         run("downstream tasks", [PY, "-m", "skillrouter.agents.builtin_tasks", "--out", str(ROOT / ".cache" / "builtin-tasks")],
             seconds, failed)
-        sweeps.append(("downstream_demo", []))
+        sweeps.append((DOWNSTREAM, []))
     else:
-        skipped.append("downstream_demo (no Docker engine or Harbor: `make demo-agents` sets them up)")
+        skipped.append(f"{DOWNSTREAM} (no Docker engine or Harbor: `make demo-agents` sets them up)")
     names = [name for name, _ in sweeps]
     for name, extra in sweeps[names.index(start) if start else 0:]:
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
