@@ -35,7 +35,7 @@ demo-agents: setup system-deps harbor
 
 # The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
 # Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail). Its environment is
-# built beside ours (a pip install keeps one core busy: about 50 s of a fresh clone's setup saved on two cores).
+# built beside ours (a pip install keeps one core busy: a fresh clone's CI run spent 108 s before pytest, from 137).
 test:
 	bash scripts/harbor_env.sh .venv-harbor > .harbor-env.log 2>&1 & harbor=$$!; \
 	$(MAKE) setup system-deps || { wait $$harbor; exit 1; }; \
