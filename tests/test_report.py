@@ -530,8 +530,8 @@ def test_a_two_seed_grid_on_tiny_data_aggregates_its_trained_row_in_the_report_a
 
 
 def test_the_training_note_counts_the_epochs_kept_flat_and_saturated_curves():
-    """Two seeds of one row, in two columns (tiers) that share its trainings: each training counted once; the reranker
-    kept epochs 2 and 3 of up to 4 run, one curve flat; the encoder stopped after its first epoch, saturated in both
+    """Two seeds of one row, in two columns (tiers) that share its trainings: each training counted once, in seed
+    order; the reranker kept epochs 2 and 3 of up to 4 run, one curve flat; the encoder stopped after its first epoch, saturated in both
     (its best within one standard error of a perfect dev objective)."""
     from skillrouter.report.tables import training_note
 
@@ -540,7 +540,7 @@ def test_the_training_note_counts_the_epochs_kept_flat_and_saturated_curves():
                           "reranker_dev_saturated": False, "encoder_epochs": 1, "encoder_epochs_run": 1,
                           "encoder_dev_flat": False, "encoder_dev_saturated": saturated, "seed": seed})
 
-    seeds = {"0": run(0, 2, 3, False, True), "1": run(1, 3, 4, True, True)}
+    seeds = {"10": run(10, 3, 4, True, True), "2": run(2, 2, 3, False, True)}  # listed as numbers sort: 2, then 10
     notes = training_note({("trained + trained", ("easy",)): seeds, ("trained + trained", ("hard",)): seeds})
     assert notes == [
         "trained + trained: the trained reranker kept epoch 2, 3 (early stopping on the dev split, up to 4 epochs run); "

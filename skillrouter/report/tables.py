@@ -177,6 +177,11 @@ def sweep_systems(sweep: str) -> dict[str, tuple[str, ...]]:
     return {k: tuple(str(v).split(",")) for k, v in params.items() if k in SYSTEM_KEYS}
 
 
+def _seed_order(seed: str) -> tuple[int, str]:
+    """Seeds, strings as a run's choices hold them, in the order of their numbers: 2 before 10."""
+    return len(seed), seed
+
+
 def _per_seed(hit: pd.DataFrame, metrics: tuple[str, ...]) -> dict[str, pd.Series]:
     """One run per seed among a cell's matching runs: the latest with the most of the table's metrics."""
     present = hit[[m for m in metrics if m in hit.columns]].notna().sum(axis=1)
@@ -259,7 +264,7 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
 def _remarks(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> dict[tuple[str, tuple], list[str]]:
     """Per shown cell, what its footnote says: fewer seeds than the table's others (which ones are missing), runs made
     by code that has changed since (which stages)."""
-    every = sorted({seed for per_seed in chosen.values() for seed in per_seed}, key=lambda s: (len(s), s))
+    every = sorted({seed for per_seed in chosen.values() for seed in per_seed}, key=_seed_order)
     out: dict[tuple[str, tuple], list[str]] = {}
     for cell, per_seed in chosen.items():
         lack = [seed for seed in every if seed not in per_seed]
@@ -305,7 +310,7 @@ def training_note(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> list
             trainings.setdefault(row, {}).update(
                 {seed: r for seed, r in per_seed.items() if not pd.isna(r.get(f"{stage}_epochs", np.nan))})
         for row, by_seed in trainings.items():
-            rs = [by_seed[seed] for seed in sorted(by_seed)]
+            rs = [by_seed[seed] for seed in sorted(by_seed, key=_seed_order)]
             if rs:
                 kept = ", ".join(str(int(r[f"{stage}_epochs"])) for r in rs)
                 ran = max(int(r[f"{stage}_epochs_run"]) for r in rs)
