@@ -531,8 +531,8 @@ def test_a_two_seed_grid_on_tiny_data_aggregates_its_trained_row_in_the_report_a
 
 def test_the_training_note_counts_the_epochs_kept_flat_and_saturated_curves():
     """Two seeds of one row, in two columns (tiers) that share its trainings: each training counted once, in seed
-    order; the reranker kept epochs 2 and 3 of up to 4 run, one curve flat; the encoder stopped after its first epoch, saturated in both
-    (its best within one standard error of a perfect dev objective)."""
+    order; the reranker kept epochs 2 and 3 of up to 4 run, one curve flat; the encoder stopped after its first
+    epoch, saturated in both (its best within one standard error of a perfect dev objective)."""
     from skillrouter.report.tables import training_note
 
     def run(seed: int, kept: int, ran: int, flat: bool, saturated: bool) -> pd.Series:
