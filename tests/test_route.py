@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from skillrouter.agents.skill_sets import skill_md
@@ -28,7 +29,8 @@ from skillrouter.rankings import read_rankings
 from .conftest import ROOT
 
 TOKEN = "test-token"
-CELL = ("data=tiny", "encoder=trained", "reranker=minilm_ce", "topk=5", "retrieve_k=10")  # a fine-tuned encoder
+# a fine-tuned encoder; the reranker in bf16 autocast on every machine (the default where the CPU has bf16)
+CELL = ("data=tiny", "encoder=trained", "reranker=minilm_ce", "reranker.backend=bf16", "topk=5", "retrieve_k=10")
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +110,9 @@ def test_http_api_serves_the_cells_rankings_and_refuses_bad_requests(cell, serve
         expected = cell["rankings"][q.id]
         assert [h["id"] for h in hits] == expected.ids[:10], q.id
         assert [h["score"] for h in hits] == pytest.approx(expected.scores[:10], abs=1e-4)
+    pairs = cell["tmp"] / "cache" / "score_pairs" / cell["metrics"]["stages"]["score_pairs"]["key"] / "scores.jsonl"
+    scores = np.array([s for line in pairs.read_text().splitlines() for s in json.loads(line)["scores"]], np.float32)
+    assert ((scores.view(np.uint32) & 0xFFFF) == 0).mean() < 0.1  # not rounded to bf16 (the score layer is fp32)
     one = server.post({"task": queries[0].text, "k": 3}).json()["hits"]
     assert one == results[0][:3]
 

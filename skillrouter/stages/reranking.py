@@ -35,6 +35,7 @@ from .retrieval import skill_renderer, skill_text
 
 SCORES = "scores.jsonl"
 SCORERS = "skillrouter.rerank.scorers"  # named, not imported: it loads torch
+SCORE_LAYER = "skillrouter.rerank.score_layer"  # bf16 scoring's fp32 score layer (not training's: not in its key)
 ONNX_BACKENDS = ("onnx", "onnx-int8")
 BACKENDS = ("torch", "bf16", *ONNX_BACKENDS)  # reranker.backend
 
@@ -81,8 +82,13 @@ def pair_scorer(ctx: BuildContext) -> tuple[Any, RerankerSpec]:
     spec = RerankerSpec(**ctx.stage.options["spec"])
     onnx = (str(ctx.input("onnx")), ctx.manifest("onnx")["file"]) if ctx.has("onnx") else None
     bf16 = ctx.params["reranker"].get("backend") == "bf16"
-    return make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx,
-                       bf16=bf16), spec
+    scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx,
+                         bf16=bf16)
+    if getattr(scorer, "bf16", False):
+        from ..rerank.score_layer import keep_fp32
+
+        keep_fp32(scorer)
+    return scorer, spec
 
 
 QUERY_CHUNK = 64  # queries whose pairs are scored together: batched by length across queries, memory bounded
@@ -139,13 +145,14 @@ def score_pairs(spec: RerankerSpec, trained: bool, depth: int, text: TextSpec, q
     """A pointwise reranker's score of each query's first ``depth`` retrieved candidates, in ``backend`` (``onnx``:
     its :func:`export_reranker`, run by ONNX Runtime)."""
     refs, files, names, paths = file_inputs({"oracle": oracle})
+    code = (SCORERS, SCORE_LAYER) if backend == "bf16" else (SCORERS,)
     backend = {"backend": backend} if backend != "torch" else {}  # torch keeps the key it always had
     params = {"reranker": {"trained": trained, **_identity(spec), **backend}, "depth": depth, "text": skill_text(text),
               "query_text": spec_dict(query_text), "files": names}
     inputs = {"retrieval": retrieval, "data": data, **({"model": model} if model else {}), **({"onnx": onnx} if onnx else {})}
     return Stage("score_pairs", _build_scores, params, inputs={**inputs, **refs}, files=files, resource="gpu",
                  options={"spec": spec_dict(spec), "paths": paths}, items=Items("data", "n_queries", "depth"),
-                 code=(SCORERS,))
+                 code=code)
 
 
 def _build_export(ctx: BuildContext) -> dict[str, Any]:
