@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,6 +23,12 @@ def pytest_collection_modifyitems(config, items):
     """The SLURM tests first: under pytest-xdist (``--dist loadfile``) their file goes to one worker as one
     unit (they share one cluster and count its jobs) and starts at once, while the other worker takes the rest."""
     items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
+
+
+def bf16_numbers(values) -> np.ndarray:
+    """Which scores are exactly bfloat16 numbers (as float32, their low 16 bits zero): all of them when a score layer
+    ran in bf16, almost none when it ran in fp32."""
+    return (np.asarray(values, dtype=np.float32).view(np.uint32) & 0xFFFF) == 0
 
 
 def write_jsonl(path: Path, records) -> Path:

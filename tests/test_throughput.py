@@ -14,7 +14,7 @@ from skillrouter.models import build_tiny_qwen3, cpu_bf16, resolve_backend, reso
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
 
-from .conftest import ROOT
+from .conftest import ROOT, bf16_numbers
 
 TEXTS = ["remove duplicate rows from csv tables", "extract text from pdf pages and tables",
          "resize photos into thumbnails", "cut silence out of a podcast recording, then normalise its loudness",
@@ -124,8 +124,6 @@ def test_bf16_scores_are_not_rounded_to_bf16(tmp_path, model, head):
     """reranker.backend=bf16: autocast, but the score layer (a classifier, a yes/no LM head) in fp32. Rounded to bf16,
     a head's pairs tie, and a tie keeps the first stage's order: the scores keep fp32's resolution, and stay close to
     fp32's own."""
-    import torch
-
     from skillrouter.rerank.score_layer import keep_fp32
     from skillrouter.rerank.scorers import make_scorer
     from skillrouter.rerank.spec import RerankerSpec
@@ -138,9 +136,6 @@ def test_bf16_scores_are_not_rounded_to_bf16(tmp_path, model, head):
     rounded = np.array(scorer.score(queries, docs))
     keep_fp32(scorer)
     scores = np.array(scorer.score(queries, docs))
-
-    def bf16_numbers(values: np.ndarray) -> np.ndarray:
-        return torch.from_numpy(values.astype(np.float32)).bfloat16().float().numpy() == values
 
     assert bf16_numbers(rounded).all() and not bf16_numbers(scores).any()  # autocast alone: every score a bf16 number
     assert np.abs(scores - fp32).max() < 5e-3  # what bf16 leaves in the hidden state: at most 2e-3 on these models
