@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import platform
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "reports" / "perf"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# ../shared/data beside the checkout; on a GPU machine, where it does not travel, the copy gpu_check.sh unpacked
+SHARED_DATA = Path(os.environ.get("SKILLROUTER_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
 def _rows(value, label: str = ""):

@@ -7,7 +7,7 @@ at most 300 ms and at least 3 requests/s at 8 clients; the ratios to the torch p
 carries a task of its own (a task asked again is answered from the server's cache and would measure nothing).
 
     python benchmarks/route_load.py [--requests 24] [--concurrency 1 8] [--backends torch bf16 onnx onnx-int8]
-                                    [--name NAME] [OVERRIDE ...]
+                                    [--skills N] [--name NAME] [OVERRIDE ...]
 
 The cell is built first through launch.py (cached): the 13.6K skills of ../shared/data as the pool (the built-in
 pool when absent), 100 of their descriptions as tasks (each labelled with its own skill). Tasks sent: the pool's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
+from skillrouter.throughput import matmul_peak  # noqa: E402
 
 WORK = ROOT / ".cache" / "bench" / "route_load"
 
@@ -45,12 +47,18 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {f"p{p}": round(float(np.percentile(values, p)), 1) for p in (50, 95, 99)}
 
 
-def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillrouter", name: str = ""
-               ) -> tuple[Path, list[str], int]:
+def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillrouter", name: str = "",
+               n_skills: int | None = None) -> tuple[Path, list[str], int]:
     """The served cell's run folder (built by launch.py, its stages cached in ``cache_dir``), the tasks, and the pool
-    size."""
+    size. ``n_skills``: the sample's first N skills as the pool (a latency check that need not embed all of it)."""
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     pool = sample if sample.exists() else generate(WORK / "builtin")["pool"]
+    if n_skills:
+        with (gzip.open if pool.suffix == ".gz" else open)(pool, "rt", encoding="utf-8") as src:
+            head = [line for line, _ in zip(src, range(n_skills))]
+        pool = WORK / f"pool-{n_skills}.jsonl"
+        pool.parent.mkdir(parents=True, exist_ok=True)
+        pool.write_text("".join(head), encoding="utf-8")
     skills = load_pool(pool, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
     chosen = random.Random(0).sample(skills, 100)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -62,6 +70,18 @@ def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillr
                     f"hydra.run.dir={run}", f"cache_dir={cache_dir}", "progress=false", *overrides],
                    cwd=ROOT, check=True)
     return run, [s.description or s.name for s in chosen], len(skills)
+
+
+def utilisation(throughput: dict | None) -> dict | str:
+    """The pool embedding's throughput (the stage's own record) with its model-FLOPs utilisation against a bf16 matmul
+    measured now on the same device (how much of the chip the work that every cell shares used)."""
+    if not throughput:
+        return "not recorded"
+    import torch
+
+    peak = matmul_peak("cuda" if torch.cuda.is_available() else "cpu", "bfloat16")
+    return {**throughput, "bf16_matmul_peak_tflops": round(peak, 3),
+            "utilisation": round(throughput["model_tflops_per_s"] / peak, 3)}
 
 
 def asked(tasks: list[str], i: int) -> str:
@@ -140,18 +160,20 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["torch", "bf16", "onnx", "onnx-int8"],
                         help="reranker backends, the first the reference")
     parser.add_argument("--name", default="")
+    parser.add_argument("--skills", type=int, help="the pool: the sample's first N skills (default: all of it)")
     args = parser.parse_args()
     import torch
 
     figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(), "k": 10}
     for backend in args.backends:
         overrides = ["encoder=minilm", "reranker=minilm_ce", "topk=20", *args.overrides, f"reranker.backend={backend}"]
-        run, tasks, pool_size = build_cell(overrides)
+        run, tasks, pool_size = build_cell(overrides, n_skills=args.skills)
         metrics = json.loads((run / "metrics.json").read_text())
         choices, embedded = metrics["choices"], metrics["stages"]["embed_pool"]
         figures.update(pool_skills=pool_size, encoder=choices["encoder"], reranker=choices["reranker"],
                        topk=int(choices["topk"]))
         figures.setdefault("pool_embedding_s", embedded["seconds"] if not embedded["cached"] else "cached (an earlier run)")
+        figures.setdefault("pool_embedding_throughput", utilisation(embedded.get("throughput")))
         row: dict = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
         for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
             server = Served(run, *extra)

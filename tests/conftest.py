@@ -31,6 +31,12 @@ def bf16_numbers(values) -> np.ndarray:
     return (np.asarray(values, dtype=np.float32).view(np.uint32) & 0xFFFF) == 0
 
 
+def pythonpath(*paths: Path | str) -> str:
+    """``paths`` ahead of the caller's own ``PYTHONPATH``, for a subprocess: where the dependencies come from a path
+    (the GPU kit, ``benchmarks/gpu_check.sh``), replacing it leaves the child without them."""
+    return os.pathsep.join([*map(str, paths), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def write_jsonl(path: Path, records) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")

@@ -20,6 +20,8 @@ from skillrouter.report.reproduction import NOTES as REPRODUCTION_NOTES, reprodu
 from skillrouter.report.significance import paired_randomization
 from skillrouter.report.tables import TABLES, build_table, reranker_contribution
 
+from .conftest import pythonpath
+
 SPECS = {t.name: t for t in TABLES}
 SCORED_BY = {"key": "-", "cached": False, "seconds": 0.0, "code": code_fingerprint(SCORING_CODE), "modules": list(SCORING_CODE)}
 PLAIN_TABLES = ("reranker_contribution", "reproduction", "synth", "downstream", "tuning", "cascade", "condensation")
@@ -473,7 +475,7 @@ def test_check_exits_1_once_a_stages_code_changed_after_its_runs(tmp_path, monke
     _fake_stage_run(root, modules)
     monkeypatch.chdir(tmp_path)
     generate([root], tmp_path / "reports")
-    env = {**__import__("os").environ, "PYTHONPATH": f"{modules}:{Path(__file__).resolve().parents[1]}"}
+    env = {**__import__("os").environ, "PYTHONPATH": pythonpath(modules, Path(__file__).resolve().parents[1])}
 
     def check(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "skillrouter.report", "--check", *args], cwd=tmp_path, env=env,

@@ -25,7 +25,7 @@ from skillrouter.data.loaders import ErrorPolicy, load_pool_tree
 from skillrouter.data.types import LoadReport
 from skillrouter.rankings import read_rankings
 
-from .conftest import ROOT, bf16_numbers
+from .conftest import ROOT, bf16_numbers, pythonpath
 
 TOKEN = "test-token"
 # a fine-tuned encoder; the reranker in bf16 autocast on every machine (the default where the CPU has bf16)
@@ -272,7 +272,7 @@ def test_mcp_over_stdio_and_http_with_the_sdks_client(cell, served, tmp_path):
     stdio = StdioServerParameters(  # by overrides, as launch.py takes them (the HTTP server loads the run folder)
         command="bash", args=["-c", f"set -o pipefail; {command} | tee {wire}"], cwd=str(cell["tmp"]),
         env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
-             "PYTHONPATH": f"{tmp_path / 'noisy'}:{ROOT}"})
+             "PYTHONPATH": pythonpath(tmp_path / "noisy", ROOT)})
     http = streamable_http_client(f"{served.url}/mcp", http_client=httpx2.AsyncClient(headers=served.headers))
     for target in (stdio, http):
         tools, hits, text, traversal_refused, oversized_refused = _mcp_calls(target, query.text)
