@@ -7,6 +7,7 @@ id, which works on a user's cluster with hub access and fails fast here (HF_HUB_
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 
 
@@ -55,15 +56,31 @@ def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return any(flag in flags for flag in BF16_FLAGS)
 
 
+def gpu_visible(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
+    """Whether this host shows its processes an NVIDIA GPU (the driver's entries, unless ``CUDA_VISIBLE_DEVICES`` hides
+    them all), read without loading torch, as :func:`cpu_bf16` reads the CPU."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    entries = Path(gpus)
+    return entries.is_dir() and any(entries.iterdir())
+
+
+def native_bf16() -> bool:
+    """Whether the work planned here runs on bf16 units: an NVIDIA GPU (its tensor cores; the encoder loads bf16
+    weights there and training autocasts to bf16 whatever the config says), or a CPU with native bfloat16."""
+    return gpu_visible() or cpu_bf16()
+
+
 def resolve_backend(backend: str) -> str:
-    """``auto``: ``bf16`` where the CPU has native bfloat16 (:func:`cpu_bf16`; parity with fp32 measured in
-    ``reports/perf/bf16_parity.md``), else ``torch``; any other backend as it is."""
-    return ("bf16" if cpu_bf16() else "torch") if backend == "auto" else backend
+    """``auto``: ``bf16`` where the planning host has bf16 units (:func:`native_bf16`; parity with fp32 measured in
+    ``reports/perf/bf16_parity.md``), else ``torch``; any other backend as it is. A grid planned on a host without a
+    GPU for GPU nodes (a SLURM login node) resolves from that host's CPU: name ``bf16`` there."""
+    return ("bf16" if native_bf16() else "torch") if backend == "auto" else backend
 
 
 def resolve_precision(precision: str) -> str:
-    """A training's ``precision: auto``: ``bf16`` where the CPU has native bfloat16, else ``fp32``."""
-    return ("bf16" if cpu_bf16() else "fp32") if precision == "auto" else precision
+    """A training's ``precision: auto``: ``bf16`` where the planning host has bf16 units, else ``fp32``."""
+    return ("bf16" if native_bf16() else "fp32") if precision == "auto" else precision
 
 
 # Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's architecture (both Qwen3-0.6B: their config.json files)

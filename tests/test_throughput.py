@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from skillrouter.batches import padded, token_budget_batches
-from skillrouter.models import build_tiny_qwen3, cpu_bf16, resolve_backend, resolve_precision
+from skillrouter.models import build_tiny_qwen3, cpu_bf16, gpu_visible, resolve_backend, resolve_precision
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
 
@@ -148,11 +148,29 @@ def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     assert cpu_bf16(str(amx)) and not cpu_bf16(str(plain)) and not cpu_bf16(str(tmp_path / "absent"))
     from skillrouter import models
 
+    monkeypatch.setattr(models, "gpu_visible", lambda: False)
     monkeypatch.setattr(models, "cpu_bf16", lambda: True)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("bf16", "bf16")
     monkeypatch.setattr(models, "cpu_bf16", lambda: False)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("torch", "fp32")
     assert (resolve_backend("onnx"), resolve_precision("bf16")) == ("onnx", "bf16")
+    monkeypatch.setattr(models, "gpu_visible", lambda: True)  # a GPU host: bf16 whatever its CPU
+    assert (resolve_backend("auto"), resolve_precision("auto")) == ("bf16", "bf16")
+
+
+def test_a_gpu_counts_where_the_driver_shows_one_and_cuda_visible_devices_does_not_hide_it(tmp_path, monkeypatch):
+    driver = tmp_path / "gpus"
+    assert not gpu_visible(str(driver))  # no driver
+    driver.mkdir()
+    assert not gpu_visible(str(driver))  # a driver, no GPU
+    (driver / "0000:00:1e.0").mkdir()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_visible(str(driver))
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not gpu_visible(str(driver))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert gpu_visible(str(driver))
 
 
 @pytest.mark.slow
