@@ -302,8 +302,9 @@ def test_efficiency_ratios_against_the_largest_row_by_hand(tmp_path):
 
 
 def test_efficiency_rows_gain_the_served_figures_of_their_architecture(tmp_path):
-    """benchmarks/route_load.py's figures join the row of the same encoder and reranker (a fine-tuned reranker's row
-    too: its weights cost what the base's cost); a row with no served run has empty served cells."""
+    """benchmarks/route_load.py's figures join the row of the same encoder and reranker on the same device (a
+    fine-tuned reranker's row too: its weights cost what the base's cost; a GPU run of the same presets is not the CPU
+    row's); a row with no served run has empty served cells."""
     from skillrouter.report.efficiency import efficiency_table, read_runs, read_served, write_efficiency
 
     perf = tmp_path / "perf"
@@ -317,6 +318,8 @@ def test_efficiency_rows_gain_the_served_figures_of_their_architecture(tmp_path)
               "batched / concurrency 1": {"p50": 910.5}, "batched / concurrency 8": {"requests_per_s": 3.2},
               "batching gain in requests/s at concurrency 8 (x)": 1.4}
     (perf / "route_load.json").write_text(json.dumps({"benchmark": "route_load", "command": "c", "figures": served}))
+    on_gpu = {**served, "device": "cuda", "batched / concurrency 1": {"p50": 40.0}}  # the same presets on a GPU, later
+    (perf / "route_load_gpu.json").write_text(json.dumps({"benchmark": "route_load_gpu", "command": "c", "figures": on_gpu}))
     rows = efficiency_table(read_runs(perf), None, read_served(perf))[0].set_index("pipeline")
     assert rows.loc["small", ["served p50, 1 client (ms)", "served req/s, 8 clients", "batching gain, 8 clients (x)"]
                     ].tolist() == [910.5, 3.2, 1.4]

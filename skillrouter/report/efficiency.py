@@ -39,20 +39,21 @@ def read_runs(perf: Path) -> list[dict]:
     return runs
 
 
-def read_served(perf: Path) -> dict[tuple[str, str], dict]:
-    """``route_load`` figures by (encoder, reranker) preset: the newest file for each pair."""
+def read_served(perf: Path) -> dict[tuple[str, str, str], dict]:
+    """``route_load`` figures by (encoder, reranker) preset and device: the newest file for each (the file name breaks
+    a tie, as in a fresh clone, where every file has the checkout's time)."""
     served = {}
-    for path in sorted(perf.glob(SERVED), key=lambda p: p.stat().st_mtime):
+    for path in sorted(perf.glob(SERVED), key=lambda p: (p.stat().st_mtime, p.name)):
         figures = json.loads(path.read_text())["figures"]
-        served[(figures["encoder"], figures["reranker"])] = figures
+        served[(figures["encoder"], figures["reranker"], figures.get("device", "cpu"))] = figures
     return served
 
 
-def served_columns(run: dict, served: dict[tuple[str, str], dict]) -> dict[str, float | str | None]:
-    """The served figures of a row's encoder and reranker architecture (fine-tuned weights cost what the base costs):
-    with the torch reranker, and with the fastest reranker backend the benchmark measured."""
+def served_columns(run: dict, served: dict[tuple[str, str, str], dict]) -> dict[str, float | str | None]:
+    """The served figures of a row's encoder and reranker architecture (fine-tuned weights cost what the base costs)
+    on the row's device: with the torch reranker, and with the fastest reranker backend the benchmark measured."""
     reranker = run["reranker"].split()[0] if run["rerank_topk"] else "none"
-    s = served.get((run["encoder"], reranker))
+    s = served.get((run["encoder"], reranker, run.get("device", "cpu")))
     if s is None:
         return {"served p50, 1 client (ms)": None, "served req/s, 8 clients": None, "batching gain, 8 clients (x)": None,
                 "fastest backend": None, "its p50, 1 client (ms)": None, "its req/s, 8 clients": None}
@@ -110,11 +111,11 @@ def write_efficiency(perf: Path, out: Path, reference: str | None = None) -> lis
                  f"rerank top-{ref_row['rerank_topk']}). Peak memory: GPU allocated on cuda, process RSS on cpu.",
                  *[f"{r['row']}: `{r['command']}` ({r['pool_skills']} skills, {r['queries']} queries, "
                    f"{r['torch_threads']} threads)" for r in runs],
-                 *[f"served ({enc} + {rr}): `route serve` over HTTP, micro-batched, {s['pool_skills']} skills, top-{s['topk']} "
+                 *[f"served ({enc} + {rr}, {dev}): `route serve` over HTTP, micro-batched, {s['pool_skills']} skills, top-{s['topk']} "
                    "reranked (benchmarks/route_load.py; batching gain: requests/s against the same server unbatched"
                    + (f"; the same pipeline in-process in that run: p50 {s['in_process_unbatched_ms']['p50']} ms"
                       if "in_process_unbatched_ms" in s else "") + "; fastest backend: reranker.backend of the lowest p50)"
-                   for (enc, rr), s in served.items()]]
+                   for (enc, rr, dev), s in served.items()]]
     md, tex = out / "efficiency.md", out / "efficiency.tex"
     atomic_write_text(md, plain_to_markdown(table, TITLE, notes))
     atomic_write_text(tex, plain_to_latex(table, "efficiency", TITLE, notes))
