@@ -35,8 +35,7 @@ use_kit() {  # the kit's packages ahead of the image's (ours are the versions CI
   export PYTHONPATH="$KIT/site:$PWD${BASE_PYTHONPATH:+:$BASE_PYTHONPATH}" SKILLROUTER_SHARED_DATA="$KIT/data"
 }
 
-# a step's command under `timeout`, given what is left of BUDGET (seconds since START) and at most its own cap
-START=$SECONDS
+# a step's command under `timeout`, given what is left of BUDGET (seconds since the step's START) and at most its own cap
 budgeted() {
   local cap=$1; shift
   local left=$((BUDGET - (SECONDS - START)))
@@ -49,37 +48,11 @@ budgeted() {
 }
 
 receive() {
-  ls -l "$CARRIED" "$CARRIED"/part* 2>&1 | grep -v '^total'
-  "$PY" - "$CARRIED" <<'EOF'
-import json, pathlib, sys
-kit = pathlib.Path(sys.argv[1])
-parts = json.loads((kit / "MANIFEST.json").read_text())["parts"]
-missing = [name for name in parts if not (kit / name).is_dir()]
-print("parts here:", ", ".join(sorted(set(parts) - set(missing))) or "none", "| still to carry:", ", ".join(missing) or "none")
-EOF
+  "$PY" benchmarks/gpu_kit.py --kit "$CARRIED" --status
 }
 
 install() {
-  "$PY" - "$CARRIED" "$KIT" <<'EOF' || exit 1
-import json, pathlib, shutil, sys
-kit, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-manifest = json.loads((kit / "MANIFEST.json").read_text())
-missing = [name for name in manifest["parts"] if not (kit / name).is_dir()]
-if missing:
-    sys.exit(f"install: parts not carried yet: {', '.join(missing)} (one device call per part, carry .kit/PART)")
-(dest / "wheels").mkdir(parents=True, exist_ok=True)
-(dest / "data").mkdir(exist_ok=True)
-pieces = {p for ps in manifest["pieces"].values() for p in ps}
-for name, part in manifest["parts"].items():
-    for file in part["files"]:
-        if f"{name}/{file}" not in pieces:
-            shutil.copy(kit / name / file, dest / ("wheels" if file.endswith(".whl") else "data") / file)
-for whole, ps in manifest["pieces"].items():
-    with open(dest / ("wheels" if whole.endswith(".whl") else "data") / whole, "wb") as out:
-        for p in ps:
-            out.write((kit / p).read_bytes())
-print("install: joined", len(manifest["pieces"]), "split files;", len(list((dest / "wheels").glob("*.whl"))), "wheels")
-EOF
+  "$PY" benchmarks/gpu_kit.py --kit "$CARRIED" --unpack "$KIT" || exit 1
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$KIT/site" \
       "$KIT"/wheels/*.whl || exit 1
   touch "$KIT/installed"

@@ -1,6 +1,7 @@
 """Pack what a bare GPU machine lacks for ``benchmarks/gpu_check.sh`` into parts that each fit one device call.
 
-    python benchmarks/gpu_kit.py [--out .kit] [--part-mib 56] [--python 3.12] [--no-pool]
+    python benchmarks/gpu_kit.py [--kit .kit] [--part-mib 56] [--python 3.12] [--no-pool]   # here
+    python benchmarks/gpu_kit.py --status | --unpack DEST                                    # on the device (gpu_check.sh)
 
 Why: the lent machine is offline, its image has torch and much of the scientific stack but not this project's own
 dependencies, and one call carries at most 64 MiB beside the working tree; MiniLM's weights alone (the
@@ -114,9 +115,42 @@ def pack(files: list[Path], out: Path, limit: int) -> dict:
     return manifest
 
 
+def missing_parts(kit: Path) -> tuple[dict, list[str]]:
+    """The kit's manifest, and the parts it lists that have not been carried into ``kit`` yet."""
+    manifest = json.loads((kit / "MANIFEST.json").read_text())
+    return manifest, [name for name in manifest["parts"] if not (kit / name).is_dir()]
+
+
+def unpack(kit: Path, dest: Path) -> tuple[int, int]:
+    """:func:`pack` undone on the device: every part's files into ``dest/wheels`` (the wheels) or ``dest/data`` (the
+    rest), the cut ones joined in order. Returns (files joined, wheels); refuses while a part is missing."""
+    manifest, missing = missing_parts(kit)
+    if missing:
+        raise SystemExit(f"install: parts not carried yet: {', '.join(missing)} (one device call per part, carry "
+                         ".kit/PART)")
+
+    def target(name: str) -> Path:
+        return dest / ("wheels" if name.endswith(".whl") else "data") / name
+
+    for folder in ("wheels", "data"):
+        (dest / folder).mkdir(parents=True, exist_ok=True)
+    pieces = {p for ps in manifest["pieces"].values() for p in ps}
+    for name, part in manifest["parts"].items():
+        for file in part["files"]:
+            if f"{name}/{file}" not in pieces:
+                shutil.copy(kit / name / file, target(file))
+    for whole, ps in manifest["pieces"].items():
+        with target(whole).open("wb") as out:
+            for p in ps:
+                out.write((kit / p).read_bytes())
+    return len(manifest["pieces"]), len(list((dest / "wheels").glob("*.whl")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / ".kit")
+    parser.add_argument("--kit", type=Path, default=ROOT / ".kit", help="the kit's folder (written anew when packing)")
+    parser.add_argument("--status", action="store_true", help="on the device: which parts are here, which to carry")
+    parser.add_argument("--unpack", type=Path, metavar="DEST", help="on the device: join the parts into DEST")
     parser.add_argument("--part-mib", type=float, default=56.0,
                         help="bytes per part, leaving the rest of a call's 64 MiB to the working tree")
     parser.add_argument("--python", default="3.12", help="the device's Python (the lent machines': 3.12; another "
@@ -124,20 +158,29 @@ def main() -> None:
     parser.add_argument("--no-pool", action="store_true", help="leave the real sample out (benchmarks then embed the "
                                                                "built-in pool's short texts)")
     args = parser.parse_args()
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    staging = args.out / "staging"
+    if args.status:
+        manifest, missing = missing_parts(args.kit)
+        here = [name for name in manifest["parts"] if name not in missing]
+        print("parts here:", ", ".join(here) or "none", "| still to carry:", ", ".join(missing) or "none")
+        return
+    if args.unpack:
+        joined, wheels = unpack(args.kit, args.unpack)
+        print("install: joined", joined, "split files;", wheels, "wheels")
+        return
+    if args.kit.exists():
+        shutil.rmtree(args.kit)
+    staging = args.kit / "staging"
     download(pinned(CARRY), staging, args.python)
     files = sorted(staging.iterdir())
     if not args.no_pool:
         if not POOL.exists():
             raise SystemExit(f"gpu_kit: {POOL} not found (pass --no-pool to pack without the real sample)")
         files.append(POOL)
-    manifest = pack(files, args.out, int(args.part_mib * 2**20))
+    manifest = pack(files, args.kit, int(args.part_mib * 2**20))
     shutil.rmtree(staging)
-    (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (args.kit / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for name, part in manifest["parts"].items():
-        print(f"{args.out.name}/{name}: {part['mib']} MiB, {len(part['files'])} files")
+        print(f"{args.kit.name}/{name}: {part['mib']} MiB, {len(part['files'])} files")
     print(f"carry one part per device call, in order: {', '.join(manifest['parts'])} "
           f"(benchmarks/gpu_check.sh says the commands)")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import os
 import random
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
 
 from skillrouter.data.builtin import generate  # noqa: E402
+from skillrouter.data.jsonl import atomic_write_jsonl, read_jsonl  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.throughput import matmul_peak  # noqa: E402
@@ -54,11 +54,10 @@ def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillr
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     pool = sample if sample.exists() else generate(WORK / "builtin")["pool"]
     if n_skills:
-        with (gzip.open if pool.suffix == ".gz" else open)(pool, "rt", encoding="utf-8") as src:
-            head = [line for line, _ in zip(src, range(n_skills))]
+        head = [record for (_, record), _ in zip(read_jsonl(pool), range(n_skills))]
         pool = WORK / f"pool-{n_skills}.jsonl"
         pool.parent.mkdir(parents=True, exist_ok=True)
-        pool.write_text("".join(head), encoding="utf-8")
+        atomic_write_jsonl(pool, head)
     skills = load_pool(pool, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
     chosen = random.Random(0).sample(skills, 100)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -173,7 +172,8 @@ def main() -> None:
         figures.update(pool_skills=pool_size, encoder=choices["encoder"], reranker=choices["reranker"],
                        topk=int(choices["topk"]))
         figures.setdefault("pool_embedding_s", embedded["seconds"] if not embedded["cached"] else "cached (an earlier run)")
-        figures.setdefault("pool_embedding_throughput", utilisation(embedded.get("throughput")))
+        if "pool_embedding_throughput" not in figures:  # once: each backend's cell shares the first one's embedding
+            figures["pool_embedding_throughput"] = utilisation(embedded.get("throughput"))
         row: dict = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
         for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
             server = Served(run, *extra)
