@@ -77,9 +77,9 @@ def test_a_study_shares_the_encoder_resumes_after_a_kill_and_scores_its_best_tri
     proc = subprocess.Popen(_command(tmp_path, *STUDY), cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:  # killed while the second batch of trials trains
-        states = _states(storage)
-        if len(states.get("COMPLETE", [])) == 2 and states.get("RUNNING"):
+    while time.monotonic() < deadline:  # killed while the second batch of trials trains: the plugin asks a batch's
+        states = _states(storage)       # trials one by one, so both must be running, not the first alone
+        if len(states.get("COMPLETE", [])) == 2 and len(states.get("RUNNING", [])) == 2:
             break
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         time.sleep(0.5)
