@@ -3,6 +3,7 @@ pair-score depth, no-op overrides, cells that are one computation, cost estimate
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -105,6 +106,51 @@ def test_the_design_cards_command_is_one_computation(cells):
     trained, overrides = cells(USER_GRID, "reranker=trained")
     plan = plan_grid(trained, StageCache("/nonexistent"), overrides)
     assert plan.noops == [] and plan.duplicates == [] and noop_refusal(plan) is None
+
+
+def test_worker_processes_build_gpu_class_stages_side_by_side_where_no_gpu_is_visible(cells, tmp_path, monkeypatch):
+    from skillrouter.pipeline.execute.processes import StageProcesses
+
+    monkeypatch.setattr("skillrouter.pipeline.execute.local.gpu_visible", lambda: False)
+    submitted, submit = [], StageProcesses.submit
+
+    def recorded(pool, fn, stage, sharing=1):
+        submitted.append((stage.kind, sharing))
+        return submit(pool, fn, stage, sharing=sharing)
+
+    monkeypatch.setattr(StageProcesses, "submit", recorded)
+    graphs, overrides = cells([("encoder=minilm", "fields=nd"), ("encoder=minilm", "fields=all")])
+    cache, journal = StageCache(tmp_path / "cache"), StageJournal(tmp_path / "sweep")
+    cold = plan_grid(graphs, cache, overrides)
+    builder = Builder(cache, journal, progress=False)
+    outcomes = LocalExecutor(builder, workers=2, processes=True).run([g.sink for g in graphs.values()])
+    assert not [o.failure for o in outcomes.values() if o.failure]
+    built = {p.parent.parent.name + "/" + p.parent.name for p in (tmp_path / "cache").glob("*/*/manifest.json")}
+    assert built == {f"{p.stage.kind}/{p.stage.key}" for p in cold.to_build()}
+    assert set(builder.records) == set(outcomes)  # what the workers built is this builder's record too
+    records = journal.all()
+    assert {r["state"] for r in records.values()} == {"built"} and os.getpid() not in {r["pid"] for r in records.values()}
+    assert [s for s in submitted if s[0] == "embed_pool"] == [("embed_pool", 2)] * 2  # side by side, a core each
+    assert submitted[0][1] == 1  # the first stage (the data) starts alone: it keeps every core
+
+
+def test_a_worker_process_runs_closures_on_its_share_of_the_cores_and_returns_their_errors():
+    from skillrouter.pipeline.execute.processes import StageProcesses, available_cores
+
+    def threads_and_pid() -> tuple[int, int]:  # a local function: only cloudpickle sends it
+        import torch
+
+        return torch.get_num_threads(), os.getpid()
+
+    def fails() -> None:
+        raise ValueError("record 3, field 'body': not a string")
+
+    with StageProcesses(2) as pool:
+        alone, beside = pool.submit(threads_and_pid).result(), pool.submit(threads_and_pid, sharing=2).result()
+        error = pool.submit(fails).exception()
+    assert alone[0] == available_cores() and beside[0] == max(1, available_cores() // 2)
+    assert os.getpid() not in {alone[1], beside[1]}
+    assert isinstance(error, ValueError) and str(error) == "record 3, field 'body': not a string"
 
 
 def test_an_override_that_counts_for_some_cells_is_not_a_noop(cells):

@@ -41,6 +41,7 @@ class ResourceClasses:
 class LocalGridLauncherConf:
     _target_: str = "hydra_plugins.skillrouter_launcher.local_launcher.LocalGridLauncher"
     workers: int = 1  # stages built side by side (GPU-class ones one at a time)
+    processes: bool = False  # each worker a process on cores/workers threads; no GPU visible: trainings side by side
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The local grid launcher (``hydra/launcher=local``, the default): the sweep's cells composed into one
-graph, its unique stages built in topological order in this process (``workers`` side by side), then
-each cell scored in its own run directory through Hydra's ``run_job`` (its ``.hydra/`` files, its log),
-then the grid's end told to its observers (W&B's grid run when tracking is on)."""
+graph, its unique stages built in topological order in this process (``workers`` side by side, as threads or
+``processes``), then each cell scored in its own run directory through Hydra's ``run_job`` (its ``.hydra/``
+files, its log), then the grid's end told to its observers (W&B's grid run when tracking is on)."""
 from __future__ import annotations
 
 import logging
@@ -49,8 +49,8 @@ class StageLog:
 
 
 class LocalGridLauncher(Launcher):
-    def __init__(self, workers: int = 1) -> None:
-        self.workers = workers
+    def __init__(self, workers: int = 1, processes: bool = False) -> None:
+        self.workers, self.processes = workers, processes
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -79,7 +79,7 @@ class LocalGridLauncher(Launcher):
         builder = Builder(grid.cache, StageJournal(sweep_dir), progress=cfg.progress, user=str(sweep_dir),
                           observers=observers_of(cfg, sweep_dir.name))
         with StageLog(sweep_dir, self.config.hydra.job_logging.get("loggers") or {}):
-            LocalExecutor(builder, workers=self.workers, server=grid.llm_server()).run(grid.sinks())
+            LocalExecutor(builder, workers=self.workers, processes=self.processes, server=grid.llm_server()).run(grid.sinks())
         runs = []
         with grid_run(GridRun(str(sweep_dir), "stage", grid.graphs, grid.plan.built_for())):
             for idx, config in grid.configs.items():

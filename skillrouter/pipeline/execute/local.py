@@ -2,7 +2,9 @@
 a single run, and each job of cell-level dispatch).
 
 ``workers > 1`` runs independent stages side by side, GPU-class ones one at a time (one machine, one
-accelerator). A failed stage cancels the stages that need it and nothing else; with ``fail_fast`` (a
+accelerator). With ``processes`` each stage is built in a worker process on its share of the cores
+(:mod:`.processes`), and where no GPU is visible the GPU-class ones run side by side too: trainings on CPU
+cores. A failed stage cancels the stages that need it and nothing else; with ``fail_fast`` (a
 single run) its error is raised as it was. A grid's LLM server is started before the first generation
 stage that has to be built and stopped after the last."""
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...cache.store import StageRecord
+from ...models import gpu_visible
 from ...stages.graph import Stage, needed_stages
 from .build import Builder, StageFailed
+from .processes import StageProcesses
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,7 @@ class Outcome:
 class LocalExecutor:
     builder: Builder
     workers: int = 1
+    processes: bool = False
     fail_fast: bool = False
     server: Server | None = None
     outcomes: dict[str, Outcome] = field(default_factory=dict)
@@ -65,15 +70,18 @@ class LocalExecutor:
         llm_todo = {s.key for s in pending if s.llm_server and not self.builder.complete(s)}
         running: dict[Future, Stage] = {}
         workers = max(1, self.workers)
+        one_gpu_stage = not (self.processes and not gpu_visible())
         try:
-            with ThreadPoolExecutor(workers) if workers > 1 else _InPlace() as pool:
+            with self._pool(workers) as pool:
                 while pending or running:
                     unfinished = {s.key for s in pending} | {s.key for s in running.values()}
+                    starting: list[Stage] = []
                     for stage in list(pending):
-                        if len(running) >= workers:
+                        if len(running) + len(starting) >= workers:
                             break
+                        busy = [*running.values(), *starting]
                         if any(u.key in unfinished for u in stage.upstream()) or (
-                                stage.resource == "gpu" and any(r.resource == "gpu" for r in running.values())):
+                                one_gpu_stage and stage.resource == "gpu" and any(r.resource == "gpu" for r in busy)):
                             continue
                         pending.remove(stage)
                         failure = next((self.outcomes[u.key].failure for u in stage.upstream()
@@ -84,7 +92,11 @@ class LocalExecutor:
                             continue
                         if stage.key in llm_todo and self.server:
                             self.server.start()
-                        running[pool.submit(self.builder.build, stage)] = stage
+                        starting.append(stage)
+                    side_by_side = len(running) + len(starting)
+                    for stage in starting:
+                        running[pool.submit(self.builder.build, stage, sharing=side_by_side)
+                                if isinstance(pool, StageProcesses) else pool.submit(self.builder.build, stage)] = stage
                     if not running:
                         continue
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -100,9 +112,16 @@ class LocalExecutor:
                 self.server.stop()
         return self.outcomes
 
+    def _pool(self, workers: int) -> ThreadPoolExecutor | StageProcesses | _InPlace:
+        if workers == 1:
+            return _InPlace()
+        return StageProcesses(workers) if self.processes else ThreadPoolExecutor(workers)
+
     def _settle(self, stage: Stage, future: Future) -> None:
         try:
-            self.outcomes[stage.key] = Outcome(record=future.result())
+            record = future.result()
+            self.builder.records.setdefault(stage.key, record)  # a worker process built it with its copy of the builder
+            self.outcomes[stage.key] = Outcome(record=record)
         except BaseException as exc:  # noqa: BLE001 - any stage error fails its dependents, never the grid
             if self.fail_fast:
                 raise
