@@ -58,7 +58,8 @@ class StageProcesses:
     """A pool of ``workers`` spawned processes with a thread pool's ``submit``: ``fn`` and its arguments are
     cloudpickled, its result comes back pickled. A call ``sharing`` the cores with others started beside it gets
     ``available_cores() // sharing`` threads (at least one): a stage that starts alone, such as the encoder training
-    the rerankers wait for, keeps every core."""
+    the rerankers wait for, keeps every core. The price: a stage's thread count, so its float sums, depends on what
+    runs beside it when it starts."""
 
     def __init__(self, workers: int):
         self.cores = available_cores()
