@@ -71,14 +71,12 @@ def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillr
     return run, [s.description or s.name for s in chosen], len(skills)
 
 
-def utilisation(throughput: dict | None) -> dict | str:
+def utilisation(throughput: dict | None, device: str) -> dict | str:
     """The pool embedding's throughput (the stage's own record) with its model-FLOPs utilisation against a bf16 matmul
-    measured now on the same device (how much of the chip the work that every cell shares used)."""
+    measured now on ``device`` (how much of the chip the work that every cell shares used)."""
     if not throughput:
         return "not recorded"
-    import torch
-
-    peak = matmul_peak("cuda" if torch.cuda.is_available() else "cpu", "bfloat16")
+    peak = matmul_peak(device, "bfloat16")
     return {**throughput, "bf16_matmul_peak_tflops": round(peak, 3),
             "utilisation": round(throughput["model_tflops_per_s"] / peak, 3)}
 
@@ -173,7 +171,7 @@ def main() -> None:
                        topk=int(choices["topk"]))
         figures.setdefault("pool_embedding_s", embedded["seconds"] if not embedded["cached"] else "cached (an earlier run)")
         if "pool_embedding_throughput" not in figures:  # once: each backend's cell shares the first one's embedding
-            figures["pool_embedding_throughput"] = utilisation(embedded.get("throughput"))
+            figures["pool_embedding_throughput"] = utilisation(embedded.get("throughput"), figures["device"])
         row: dict = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
         for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
             server = Served(run, *extra)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from pathlib import Path
 
 
@@ -19,19 +20,28 @@ def resolve_model(spec: str) -> str:
     return str(path.resolve()) if path.exists() else spec
 
 
-def respect_cpu_allocation() -> None:
-    """Use as many CPU threads as SLURM allocated (``SLURM_CPUS_PER_TASK``), not every core of the node:
-    without cgroups nothing else stops two 1-CPU jobs from each spreading over the whole node. Said through
-    the environment, which torch reads when it loads: a job that never needs torch (BM25, mining, scoring)
-    does not load it for this."""
-    import os
-    import sys
+def available_cores() -> int:
+    """The CPUs this process may use: SLURM's allocation (``SLURM_CPUS_PER_TASK``) where there is one, else its CPU
+    affinity."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if cpus.isdigit():
+        return int(cpus)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-    if cpus and cpus.isdigit():
-        os.environ.update(OMP_NUM_THREADS=cpus, MKL_NUM_THREADS=cpus)
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(cpus))
+
+def use_threads(n: int) -> None:
+    """Run torch on ``n`` CPU threads. Said through the environment, which torch reads when it loads (a process that
+    never needs torch does not load it for this), and to torch itself where it is loaded already."""
+    os.environ.update(OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+
+
+def respect_cpu_allocation() -> None:
+    """Use as many CPU threads as SLURM allocated, not every core of the node: without cgroups nothing else stops two
+    1-CPU jobs from each spreading over the whole node (BM25, mining and scoring jobs never load torch for this)."""
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        use_threads(available_cores())
 
 
 def device() -> str:

@@ -135,7 +135,8 @@ def test_worker_processes_build_gpu_class_stages_side_by_side_where_no_gpu_is_vi
 
 
 def test_a_worker_process_runs_closures_on_its_share_of_the_cores_and_returns_their_errors():
-    from skillrouter.pipeline.execute.processes import StageProcesses, available_cores
+    from skillrouter.models import available_cores
+    from skillrouter.pipeline.execute.processes import StageProcesses
 
     def threads_and_pid() -> tuple[int, int]:  # a local function: only cloudpickle sends it
         import torch

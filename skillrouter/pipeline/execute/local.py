@@ -95,8 +95,7 @@ class LocalExecutor:
                         starting.append(stage)
                     side_by_side = len(running) + len(starting)
                     for stage in starting:
-                        running[pool.submit(self.builder.build, stage, sharing=side_by_side)
-                                if isinstance(pool, StageProcesses) else pool.submit(self.builder.build, stage)] = stage
+                        running[self._submit(pool, stage, side_by_side)] = stage
                     if not running:
                         continue
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -116,6 +115,12 @@ class LocalExecutor:
         if workers == 1:
             return _InPlace()
         return StageProcesses(workers) if self.processes else ThreadPoolExecutor(workers)
+
+    def _submit(self, pool: ThreadPoolExecutor | StageProcesses | _InPlace, stage: Stage, sharing: int) -> Future:
+        """``sharing``: how many stages run side by side from now on, whose cores worker processes split."""
+        if isinstance(pool, StageProcesses):
+            return pool.submit(self.builder.build, stage, sharing=sharing)
+        return pool.submit(self.builder.build, stage)
 
     def _settle(self, stage: Stage, future: Future) -> None:
         try:

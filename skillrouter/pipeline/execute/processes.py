@@ -11,45 +11,32 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
+import sys
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
+
+from ...models import available_cores, use_threads
 
 LOGGER = "skillrouter"
 
 
-def available_cores() -> int:
-    """The cores this process may use: SLURM's allocation where there is one, else its CPU affinity."""
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    if cpus.isdigit():
-        return int(cpus)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _start_worker(log_files: list[str], level: int, fmt: str | None) -> None:
+def _start_worker(log_files: list[str], level: int, formatter: logging.Formatter | None) -> None:
     """A worker's first act: the parent's log destinations opened again (a file handler appends whole lines, as
     SLURM jobs share a journal)."""
-    import sys
-
     logger = logging.getLogger(LOGGER)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), *(logging.FileHandler(f) for f in log_files)]
     for h in handlers:
-        h.setFormatter(logging.Formatter(fmt))
+        h.setFormatter(formatter)
         logger.addHandler(h)
     logger.setLevel(level)
     logger.propagate = False
 
 
 def _call(payload: bytes, threads: int) -> Any:
-    """Run one pickled call on ``threads`` threads: said to torch if this worker loaded it, else through the
-    environment, which torch reads when the stage loads it."""
-    import sys
-
+    """Run one pickled call on ``threads`` torch threads."""
     import cloudpickle
 
-    os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
+    use_threads(threads)
     fn, args = cloudpickle.loads(payload)
     return fn(*args)
 
@@ -65,9 +52,9 @@ class StageProcesses:
         self.cores = available_cores()
         logger = logging.getLogger(LOGGER)
         files = [h.baseFilename for h in logger.handlers if isinstance(h, logging.FileHandler)]
-        fmt = next((h.formatter._fmt for h in logger.handlers if h.formatter), None)  # noqa: SLF001 - its format string
+        formatter = next((h.formatter for h in logger.handlers if h.formatter), None)
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                                        initargs=(files, logger.getEffectiveLevel(), fmt))
+                                        initargs=(files, logger.getEffectiveLevel(), formatter))
 
     def submit(self, fn: Callable[..., Any], *args: Any, sharing: int = 1) -> Future:
         import cloudpickle
