@@ -9,6 +9,11 @@ sweep left half-done resume from their checkpoints). The figures show the format
 
     make report-demo                              # = python scripts/demo_reports.py
     python scripts/demo_reports.py --from tune_reranker_lr
+    python scripts/demo_reports.py --workers 2    # stages side by side in worker processes (not the committed way)
+
+The committed reports are made one stage at a time. ``--workers N`` builds up to N stages side by side, each in a worker
+process on its share of the cores (``hydra.launcher.processes``): faster on a CPU, but a stage's thread count, so its
+float sums, then depends on what runs beside it. Its times go to reports/perf/report_demo_workers<N>.*.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ PY = sys.executable
 STAND_INS = ROOT / ".cache" / "stand-ins"
 CORE = ROOT.parent / "shared" / "data" / "skillrouter-eval-core-sample"
 MULTIRUN = ROOT / "outputs" / "multirun"
-FIGURES = ROOT / "reports" / "perf" / "report_demo.json"
+PERF = ROOT / "reports" / "perf"
 # One reranker training to convergence (up to 4 epochs with a dev pass each) takes about 5 minutes on 2 cores: the
 # three-seed tables (encoder, pipeline, loss; topk reuses the loss table's models) and the skip ablation train as the
 # presets do; the Optuna study and the SkillFlow cascade, whose subject is not training length, train their rerankers
@@ -60,24 +65,35 @@ def agents_ready() -> bool:
     return harbor.exists() and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
 
+def figures_name(workers: int) -> str:
+    return "report_demo" if workers == 1 else f"report_demo_workers{workers}"
+
+
 def write(seconds: dict[str, float], failed: list[str], skipped: list[str], resumed_from: str | None,
-          done: bool) -> None:
+          done: bool, workers: int) -> None:
     """The figures so far (after every step: a killed run keeps what it measured)."""
     total = round(sum(seconds.values()), 1)
-    write_figures("report_demo", {"total_s": total, "total_min": round(total / 60, 1), "complete": done,
-                                  "resumed_from": resumed_from or "none (one run)", "steps_s": seconds,
-                                  "failed": failed or ["none"], "skipped": skipped or ["none"]},
-                  "make report-demo (python scripts/demo_reports.py)")
+    command = "make report-demo (python scripts/demo_reports.py)" if workers == 1 else \
+        f"python scripts/demo_reports.py --workers {workers}"
+    write_figures(figures_name(workers), {"total_s": total, "total_min": round(total / 60, 1), "complete": done,
+                                          "workers": workers, "resumed_from": resumed_from or "none (one run)",
+                                          "steps_s": seconds, "failed": failed or ["none"],
+                                          "skipped": skipped or ["none"]}, command)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="start", choices=[*(name for name, _ in SWEEPS), REPRODUCTION, DOWNSTREAM],
                         help="resume a killed run at this sweep (the earlier ones are kept)")
-    start = parser.parse_args().start
+    parser.add_argument("--workers", type=int, default=1,
+                        help="build up to N stages side by side in worker processes (default 1: the committed way)")
+    args = parser.parse_args()
+    start, workers = args.start, args.workers
     seconds: dict[str, float] = {}
-    if start and FIGURES.exists():  # the finished steps' times of the run this one resumes
-        seconds.update(json.loads(FIGURES.read_text())["figures"]["steps_s"])
+    figures = PERF / f"{figures_name(workers)}.json"
+    if start and figures.exists():  # the finished steps' times of the run this one resumes
+        seconds.update(json.loads(figures.read_text())["figures"]["steps_s"])
+    side_by_side = [f"hydra.launcher.workers={workers}", "hydra.launcher.processes=true"] if workers > 1 else []
     failed: list[str] = []
     if not (STAND_INS / "causal_lm").is_dir():
         run("stand-ins", [PY, "-m", "skillrouter.models", "--out", str(STAND_INS)], seconds, failed)
@@ -95,11 +111,12 @@ def main() -> None:
     names = [name for name, _ in sweeps]
     for name, extra in sweeps[names.index(start) if start else 0:]:
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
-        run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra], seconds, failed)
-        write(seconds, failed, skipped, start, done=False)
+        run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra, *side_by_side],
+            seconds, failed)
+        write(seconds, failed, skipped, start, False, workers)
     run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *(str(MULTIRUN / n) for n in names)],
         seconds, failed)
-    write(seconds, failed, skipped, start, done=True)
+    write(seconds, failed, skipped, start, True, workers)
     sys.exit(1 if failed else 0)
 
 
