@@ -8,7 +8,9 @@ the encoder alone). One run per pipeline preset, each under its own ``--name``, 
     python benchmarks/serving_latency.py encoder=skillrouter_emb_0.6b encoder.model=PATH \
         reranker=skillrouter_rank_0.6b reranker.model=PATH            # the released checkpoints (GPU)
 
-Overrides are Hydra overrides of conf/config.yaml (default: encoder=minilm reranker=minilm_ce).
+Overrides are Hydra overrides of conf/config.yaml (default: encoder=minilm reranker=minilm_ce); each model runs on
+the backend a cell would give it (``auto``: bf16 autocast where the CPU multiplies bf16 natively), recorded in the
+figures.
 ``--trained-reranker`` first fine-tunes reranker=trained on the built-in data through launch.py (a
 cached stage) and serves that model. Pool: the 13.6K real skills of ../shared/data (the built-in
 pool when absent), embedded once through the embed_pool stage; queries: the pool's descriptions.
@@ -36,11 +38,13 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.models import device  # noqa: E402
+from skillrouter.models import device, resolve_backend  # noqa: E402
 from skillrouter.pipeline.compose import encoder_spec, encoder_text, reranker_spec, reranker_text  # noqa: E402
+from skillrouter.rerank.score_layer import keep_fp32  # noqa: E402
 from skillrouter.rerank.scorers import make_scorer  # noqa: E402
 from skillrouter.retrieval.dense import encode, load_encoder  # noqa: E402
 from skillrouter.retrieval.onnx_backend import OnnxEncoder  # noqa: E402
+from skillrouter.stages.reranking import ONNX_BACKENDS  # noqa: E402
 from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
 
 
@@ -60,6 +64,23 @@ def parameters(model: object) -> int:
     while not isinstance(model, torch.nn.Module) and hasattr(model, "model"):
         model = model.model
     return sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
+
+
+def rr_backend(cfg) -> str:
+    return resolve_backend(str(cfg.reranker.get("backend") or "torch"))
+
+
+def reranker(cfg, model_path: str | None):
+    """The cell's cross-encoder as its score_pairs stage scores (``reranker.backend``: torch, or bf16 autocast with
+    the score layer in fp32); ONNX rerankers are measured by benchmarks/route_load.py."""
+    backend = rr_backend(cfg)
+    if backend in ONNX_BACKENDS:
+        raise SystemExit(f"reranker.backend={backend}: serving_latency.py scores in torch or bf16; "
+                         "ONNX Runtime rerankers: benchmarks/route_load.py")
+    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=model_path, bf16=backend == "bf16")
+    if getattr(scorer, "bf16", False):
+        keep_fp32(scorer)
+    return scorer
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -87,7 +108,7 @@ def main() -> None:
     enc_text, rr_text = encoder_text(cfg), reranker_text(cfg)
     ids = [s.id for s in skills]
     spec, data = encoder_spec(cfg.encoder), pool_stage(skills, Path(tempfile.mkdtemp()))
-    onnx = export_onnx(spec, None) if spec.backend != "torch" else None
+    onnx = export_onnx(spec, None) if spec.backend in ONNX_BACKENDS else None
     t0 = time.perf_counter()
     pool = build_stage(embed_pool(spec, enc_text, data, "all", onnx=onnx), cache_dir)
     pool_seconds = time.perf_counter() - t0
@@ -102,13 +123,13 @@ def main() -> None:
     if onnx:
         exported = cache_dir / onnx.kind / onnx.key
         model = OnnxEncoder(exported / json.loads((exported / "manifest.json").read_text())["file"], model)
-    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=reranker_path) if cfg.reranker.kind != "none" else None
+    scorer = reranker(cfg, reranker_path) if cfg.reranker.kind != "none" else None
     docs = {s.id: rr_text.skill(s) for s in skills} if scorer is not None else {}
     queries = [s.description or s.name for s in random.Random(0).sample(skills, args.queries + 3)]
     timings: dict[str, list[float]] = {"encode_ms": [], "search_ms": [], "rerank_ms": [], "total_ms": []}
     for i, q in enumerate(queries):
         t0 = time.perf_counter()
-        qv = encode(model, [enc_text.query(q)], 1, False)
+        qv = encode(model, [enc_text.query(q)], 1, False, bf16=spec.bf16)
         t1 = time.perf_counter()
         _, idx = index.search(qv, 50)
         t2 = time.perf_counter()
@@ -123,6 +144,7 @@ def main() -> None:
 
     figures = {"device": device(), "torch_threads": torch.get_num_threads(), "pool_skills": len(ids),
                "encoder": cfg.encoder.name, "reranker": (cfg.reranker.name + (" (fine-tuned on built-in data)" if reranker_path else "")),
+               "backends": {"encoder": spec.backend, "reranker": rr_backend(cfg) if scorer is not None else "none"},
                "rerank_topk": args.topk if scorer is not None else 0, "queries": len(timings["total_ms"]),
                "parameters": {"encoder": encoder_parameters, "reranker": parameters(scorer) if scorer is not None else 0},
                "pool_embedding_s (cached after the first run)": round(pool_seconds, 2),
