@@ -134,7 +134,7 @@ def test_worker_processes_build_gpu_class_stages_side_by_side_where_no_gpu_is_vi
     assert submitted[0][1] == 1  # the first stage (the data) starts alone: it keeps every core
 
 
-def test_a_worker_process_runs_closures_on_its_share_of_the_cores_and_returns_their_errors():
+def test_a_worker_process_runs_closures_on_its_share_of_the_cores_in_the_callers_environment_and_returns_their_errors():
     from skillrouter.models import available_cores
     from skillrouter.pipeline.execute.processes import StageProcesses
 
@@ -146,12 +146,21 @@ def test_a_worker_process_runs_closures_on_its_share_of_the_cores_and_returns_th
     def fails() -> None:
         raise ValueError("record 3, field 'body': not a string")
 
-    with StageProcesses(2) as pool:
+    def llm_url() -> str | None:
+        return os.environ.get("SKILLROUTER_LLM_URL")
+
+    with pytest.MonkeyPatch.context() as env, StageProcesses(2) as pool:
+        env.delenv("SKILLROUTER_LLM_URL", raising=False)
         alone, beside = pool.submit(threads_and_pid).result(), pool.submit(threads_and_pid, sharing=2).result()
         error = pool.submit(fails).exception()
+        env.setenv("SKILLROUTER_LLM_URL", "http://127.0.0.1:9/v1")  # after the workers started, as a grid's LLM server
+        started_later = [pool.submit(llm_url).result() for _ in range(2)]
+        env.delenv("SKILLROUTER_LLM_URL")
+        unset_again = pool.submit(llm_url).result()
     assert alone[0] == available_cores() and beside[0] == max(1, available_cores() // 2)
     assert os.getpid() not in {alone[1], beside[1]}
     assert isinstance(error, ValueError) and str(error) == "record 3, field 'body': not a string"
+    assert started_later == ["http://127.0.0.1:9/v1"] * 2 and unset_again is None
 
 
 def test_an_override_that_counts_for_some_cells_is_not_a_noop(cells):

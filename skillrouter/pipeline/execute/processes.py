@@ -5,12 +5,15 @@ Why processes: two reranker trainings side by side on 2 cores, one thread each, 
 other on both threads take 265 s (1.16x; the grid 1.15x: ``reports/perf/stage_processes.md``). Two trainings in
 two threads of one process gain nothing (0.98x per step, measured once on 2026-12-05: they share one intra-op
 pool, sized per process).
-The stage and its builder travel as submitit sends them to a SLURM job (cloudpickle); what the stage's code logs goes
-where this process's ``skillrouter`` logger writes (the console, a grid's ``stages.log``)."""
+The stage and its builder travel as submitit sends them to a SLURM job (cloudpickle), with this process's environment
+as it is at submit time: a worker outlives what the grid sets up after it started (the LLM server of a grid's first
+generation stage publishes its URL in ``SKILLROUTER_LLM_URL``), and a stage must see what it would see in a thread. What
+the stage's code logs goes where this process's ``skillrouter`` logger writes (the console, a grid's ``stages.log``)."""
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
@@ -32,10 +35,13 @@ def _start_worker(log_files: list[str], level: int, formatter: logging.Formatter
     logger.propagate = False
 
 
-def _call(payload: bytes, threads: int) -> Any:
-    """Run one pickled call on ``threads`` torch threads."""
+def _call(payload: bytes, threads: int, environ: dict[str, str]) -> Any:
+    """Run one pickled call on ``threads`` torch threads, in the submitting process's ``environ``."""
     import cloudpickle
 
+    for name in set(os.environ) - set(environ):
+        del os.environ[name]
+    os.environ.update(environ)
     use_threads(threads)
     fn, args = cloudpickle.loads(payload)
     return fn(*args)
@@ -59,7 +65,8 @@ class StageProcesses:
     def submit(self, fn: Callable[..., Any], *args: Any, sharing: int = 1) -> Future:
         import cloudpickle
 
-        return self.pool.submit(_call, cloudpickle.dumps((fn, args)), max(1, self.cores // max(1, sharing)))
+        return self.pool.submit(_call, cloudpickle.dumps((fn, args)), max(1, self.cores // max(1, sharing)),
+                                dict(os.environ))
 
     def __enter__(self) -> StageProcesses:
         return self
