@@ -69,8 +69,8 @@ def figures_name(workers: int) -> str:
     return "report_demo" if workers == 1 else f"report_demo_workers{workers}"
 
 
-def write(seconds: dict[str, float], failed: list[str], skipped: list[str], resumed_from: str | None,
-          done: bool, workers: int) -> None:
+def write(seconds: dict[str, float], failed: list[str], skipped: list[str], resumed_from: str | None, workers: int,
+          done: bool) -> None:
     """The figures so far (after every step: a killed run keeps what it measured)."""
     total = round(sum(seconds.values()), 1)
     command = "make report-demo (python scripts/demo_reports.py)" if workers == 1 else \
@@ -113,10 +113,10 @@ def main() -> None:
         shutil.rmtree(MULTIRUN / name, ignore_errors=True)
         run(name, [PY, "launch.py", "-m", "-cd", "sweeps", "-cn", name, "progress=false", *extra, *side_by_side],
             seconds, failed)
-        write(seconds, failed, skipped, start, False, workers)
+        write(seconds, failed, skipped, start, workers, done=False)
     run("report", [PY, "-m", "skillrouter.report", "--significance", "--runs", *(str(MULTIRUN / n) for n in names)],
         seconds, failed)
-    write(seconds, failed, skipped, start, True, workers)
+    write(seconds, failed, skipped, start, workers, done=True)
     sys.exit(1 if failed else 0)
 
 
