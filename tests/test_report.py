@@ -281,7 +281,8 @@ def test_efficiency_ratios_against_the_largest_row_by_hand(tmp_path):
 
     perf = tmp_path / "perf"
     _latency(perf, "big", 8_000_000_000, 8_000_000_000, 580.0)
-    _latency(perf, "small", 600_000_000, 600_000_000, 100.0, peak_gpu_mb=3000.0)
+    _latency(perf, "small", 600_000_000, 600_000_000, 100.0, peak_gpu_mb=3000.0,
+             backends={"encoder": "bf16", "reranker": "torch"})
     _latency(perf, "alone", 600_000_000, 0, 20.0, topk=0)
     (perf / "serving_latency.json").write_text(json.dumps({"benchmark": "serving_latency", "command": "c",
                                                            "figures": {"device": "cpu"}}))
@@ -292,6 +293,8 @@ def test_efficiency_ratios_against_the_largest_row_by_hand(tmp_path):
     assert rows.loc["small", "total params (M)"] == 1200.0 and rows.loc["small", "peak memory (MB)"] == 3000.0
     assert rows.loc["alone", "reranker"] == "none" and rows.loc["alone", "fewer params (x)"] == 26.7
     assert rows.loc["big", "fewer params (x)"] == 1.0
+    assert rows.loc["alone", "backends (encoder / reranker)"] == "not recorded / none"
+    assert rows.loc["small", "backends (encoder / reranker)"] == "bf16 / torch" and rows.loc["small", "pool skills"] == 100
     assert efficiency_table(read_runs(perf), "small")[0].set_index("pipeline").loc["big", "faster at p50 (x)"] == 0.2
     with pytest.raises(ValueError, match="not a measured row"):
         efficiency_table(read_runs(perf), "huge")

@@ -8,8 +8,8 @@ Rows: every ``serving_latency*.json`` under ``--perf`` (one per ``--name`` the b
 are reference / row, so a row with fewer parameters or lower latency than the reference reads ``> 1x``
 ("k times fewer", "k times faster"); the default reference is the row with the most parameters (the
 large baseline a compact pipeline is compared against). Peak memory is the GPU's where the benchmark ran
-on one, else the process's resident set. Rows measured on different devices are not comparable: the
-device is a column.
+on one, else the process's resident set. Rows measured on different devices, backends (bf16 autocast
+against fp32 torch: about 2x on a CPU with native bf16) or pool sizes are not comparable: each is a column.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .render import plain_to_latex, plain_to_markdown
 PATTERN = "serving_latency*.json"
 SERVED = "route_load*.json"  # benchmarks/route_load.py: the same pipeline served over HTTP
 TITLE = "Efficiency: parameters, per-query latency and peak memory"
+NOT_RECORDED = "not recorded"  # a run from before the benchmark recorded its backends (it then served fp32 torch)
 
 
 def read_runs(perf: Path) -> list[dict]:
@@ -85,7 +86,11 @@ def efficiency_table(runs: list[dict], reference: str | None = None, served: dic
     for r in runs:
         reranker = r["reranker"] if r["rerank_topk"] else "none"
         memory = r.get("peak_gpu_mb", r["peak_rss_mb"])
+        backends = r.get("backends", {})
         rows.append({"pipeline": r["row"], "encoder": r["encoder"], "reranker": reranker, "device": r["device"],
+                     "backends (encoder / reranker)": f"{backends.get('encoder', NOT_RECORDED)} / "
+                                                      f"{backends.get('reranker', NOT_RECORDED) if r['rerank_topk'] else 'none'}",
+                     "pool skills": r["pool_skills"],
                      "encoder params (M)": _millions(r["parameters"]["encoder"]),
                      "reranker params (M)": _millions(r["parameters"]["reranker"]),
                      "total params (M)": _millions(total[r["row"]]),
