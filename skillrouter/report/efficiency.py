@@ -25,7 +25,7 @@ from .render import plain_to_latex, plain_to_markdown
 PATTERN = "serving_latency*.json"
 SERVED = "route_load*.json"  # benchmarks/route_load.py: the same pipeline served over HTTP
 TITLE = "Efficiency: parameters, per-query latency and peak memory"
-NOT_RECORDED = "not recorded"  # a run from before the benchmark recorded its backends (it then served fp32 torch)
+NOT_RECORDED = "not recorded"  # a run from before the benchmark recorded its backends (2026-12-05)
 
 
 def read_runs(perf: Path) -> list[dict]:
@@ -84,12 +84,11 @@ def efficiency_table(runs: list[dict], reference: str | None = None, served: dic
     ref = next(r for r in runs if r["row"] == reference)
     rows = []
     for r in runs:
-        reranker = r["reranker"] if r["rerank_topk"] else "none"
-        memory = r.get("peak_gpu_mb", r["peak_rss_mb"])
         backends = r.get("backends", {})
+        reranker, rr_backend = (r["reranker"], backends.get("reranker", NOT_RECORDED)) if r["rerank_topk"] else ("none",) * 2
+        memory = r.get("peak_gpu_mb", r["peak_rss_mb"])
         rows.append({"pipeline": r["row"], "encoder": r["encoder"], "reranker": reranker, "device": r["device"],
-                     "backends (encoder / reranker)": f"{backends.get('encoder', NOT_RECORDED)} / "
-                                                      f"{backends.get('reranker', NOT_RECORDED) if r['rerank_topk'] else 'none'}",
+                     "backends (encoder / reranker)": f"{backends.get('encoder', NOT_RECORDED)} / {rr_backend}",
                      "pool skills": r["pool_skills"],
                      "encoder params (M)": _millions(r["parameters"]["encoder"]),
                      "reranker params (M)": _millions(r["parameters"]["reranker"]),
