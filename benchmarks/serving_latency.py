@@ -40,7 +40,6 @@ from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.models import device, resolve_backend  # noqa: E402
 from skillrouter.pipeline.compose import encoder_spec, encoder_text, reranker_spec, reranker_text  # noqa: E402
-from skillrouter.rerank.score_layer import keep_fp32  # noqa: E402
 from skillrouter.rerank.scorers import make_scorer  # noqa: E402
 from skillrouter.retrieval.dense import encode, load_encoder  # noqa: E402
 from skillrouter.retrieval.onnx_backend import OnnxEncoder  # noqa: E402
@@ -77,10 +76,7 @@ def reranker(cfg, model_path: str | None):
     if backend in ONNX_BACKENDS:
         raise SystemExit(f"reranker.backend={backend}: serving_latency.py scores in torch or bf16; "
                          "ONNX Runtime rerankers: benchmarks/route_load.py")
-    scorer = make_scorer(reranker_spec(cfg.reranker), model_path=model_path, bf16=backend == "bf16")
-    if getattr(scorer, "bf16", False):
-        keep_fp32(scorer)
-    return scorer
+    return make_scorer(reranker_spec(cfg.reranker), model_path=model_path, bf16=backend == "bf16")
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

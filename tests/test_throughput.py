@@ -124,7 +124,6 @@ def test_bf16_scores_are_not_rounded_to_bf16(tmp_path, model, head):
     """reranker.backend=bf16: autocast, but the score layer (a classifier, a yes/no LM head) in fp32. Rounded to bf16,
     a head's pairs tie, and a tie keeps the first stage's order: the scores keep fp32's resolution, and stay close to
     fp32's own."""
-    from skillrouter.rerank.score_layer import keep_fp32
     from skillrouter.rerank.scorers import make_scorer
     from skillrouter.rerank.spec import RerankerSpec
 
@@ -132,10 +131,10 @@ def test_bf16_scores_are_not_rounded_to_bf16(tmp_path, model, head):
     spec = RerankerSpec(model=path, head=head, max_length=64)
     queries, docs = [q for q in TEXTS for _ in TEXTS], TEXTS * len(TEXTS)
     fp32 = np.array(make_scorer(spec).score(queries, docs))
-    scorer = make_scorer(spec, bf16=True)
-    rounded = np.array(scorer.score(queries, docs))
-    keep_fp32(scorer)
-    scores = np.array(scorer.score(queries, docs))
+    autocast_only = make_scorer(spec)
+    autocast_only.bf16 = True
+    rounded = np.array(autocast_only.score(queries, docs))
+    scores = np.array(make_scorer(spec, bf16=True).score(queries, docs))
 
     assert bf16_numbers(rounded).all() and not bf16_numbers(scores).any()  # autocast alone: every score a bf16 number
     assert np.abs(scores - fp32).max() < 5e-3  # what bf16 leaves in the hidden state: at most 2e-3 on these models

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -347,12 +348,30 @@ def test_negatives_from_other_queries_positives_carry_no_skill_identity():
     retrieved = [["x", "b", "y", "c"], ["a", "x", "c"], ["y", "x", "z"]]  # x, y, z: never anyone's positive
     loss = {"name": "listwise"}
     lists = build_lists(examples, retrieved, loss, list_size=3)
-    assert [cl.ids for cl in lists] == [("a", "b", "c"), ("b", "a", "c"), ("c", "a", "b")]
+    assert [cl.ids for cl in lists] == [("a", "b", "c"), ("b", "a", "c"), ("c", "b", "a")]
     assert {i for cl in lists for i in cl.ids} <= {"a", "b", "c"}
     papers = build_lists(examples, retrieved, loss, list_size=3, negatives="candidates")
     assert [cl.ids for cl in papers] == [("a", "x", "b"), ("b", "a", "x"), ("c", "y", "x")]
     short = build_lists(examples[:2], retrieved[:2], loss, list_size=4)  # too few positives: candidates fill the rest
     assert short[0].ids == ("a", "b", "x", "y")
+
+
+def test_negatives_drawn_from_many_positives_are_distinct_other_positives_hardest_first():
+    """At scale (the random fill draws a few positives per list instead of shuffling them all): every list holds its
+    positive, then distinct negatives that are other queries' positives, the retrieved ones first in retrieval order."""
+    from skillrouter.data.pairs import TrainExample
+
+    rng = random.Random(1)
+    examples = [TrainExample(f"q{i}", (f"s{i}",)) for i in range(300)]
+    retrieved = [rng.sample([f"s{j}" for j in range(300) if j != i] + [f"x{j}" for j in range(40)], 12)
+                 for i in range(300)]
+    lists = build_lists(examples, retrieved, {"name": "listwise"}, list_size=8)
+    for ex, cands, cl in zip(examples, retrieved, lists):
+        negatives = cl.ids[1:]
+        assert cl.ids[0] == ex.positives[0] and len(set(negatives)) == 7
+        assert all(n.startswith("s") and n not in ex.positives for n in negatives)
+        hard = [c for c in cands if c.startswith("s")][:7]
+        assert negatives[:len(hard)] == tuple(hard)
 
 
 @pytest.mark.slow

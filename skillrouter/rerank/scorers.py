@@ -241,9 +241,10 @@ class CrossEncoderScorer:
 def make_scorer(spec: RerankerSpec, model_path: str | None = None, onnx: tuple[str, str] | None = None,
                 bf16: bool = False):
     """A scorer for evaluation: ``onnx`` (an export's folder and model file) runs it in ONNX Runtime
-    (:mod:`.onnx_backend`), ``bf16`` in bfloat16 autocast. A checkpoint without a scoring head (``minilm_ce``: the
-    untrained row) gets a fresh one, drawn under a fixed seed and without touching the process's random state, so its
-    scores do not depend on what else ran in the process before it (the export holds that head)."""
+    (:mod:`.onnx_backend`), ``bf16`` in bfloat16 autocast with the score layer in fp32 (:mod:`.score_layer`). A
+    checkpoint without a scoring head (``minilm_ce``: the untrained row) gets a fresh one, drawn under a fixed seed and
+    without touching the process's random state, so its scores do not depend on what else ran in the process before it
+    (the export holds that head)."""
     if onnx is not None:
         from .onnx_backend import OnnxPairScorer
 
@@ -252,5 +253,8 @@ def make_scorer(spec: RerankerSpec, model_path: str | None = None, onnx: tuple[s
         torch.manual_seed(0)
         scorer = CrossEncoderScorer(spec, model_path) if spec.head == "st_cross_encoder" else PairScorer(spec, model_path)
     if bf16 and isinstance(scorer, PairScorer):
+        from .score_layer import keep_fp32
+
         scorer.bf16 = True
+        keep_fp32(scorer)
     return scorer

@@ -84,10 +84,6 @@ def pair_scorer(ctx: BuildContext) -> tuple[Any, RerankerSpec]:
     bf16 = ctx.params["reranker"].get("backend") == "bf16"
     scorer = make_scorer(spec, model_path=str(ctx.input("model") / "model") if ctx.has("model") else None, onnx=onnx,
                          bf16=bf16)
-    if getattr(scorer, "bf16", False):
-        from ..rerank.score_layer import keep_fp32
-
-        keep_fp32(scorer)
     return scorer, spec
 
 

@@ -50,19 +50,21 @@ NEGATIVES = ("positives", "candidates")
 
 
 def negatives_for(ex: TrainExample, candidates: list[str], positives: list[str], mode: str, n: int,
-                  rng: random.Random) -> list[str]:
+                  rng: random.Random, pool: frozenset[str] | None = None) -> list[str]:
     """Up to ``n`` negatives of a training query, hardest first (see the module docstring for ``mode``). Where the
-    other queries' positives run out, the rest of the candidates fill the list."""
+    other queries' positives run out, the rest of the candidates fill the list. ``pool``: ``positives`` as a set,
+    built once by a caller that asks for many queries. The random fill draws just enough of the positives, so a list
+    costs O(n), not O(len(positives)): shuffling them all per query made 37K pairs quadratic."""
     others = [c for c in candidates if c not in ex.positives]
     if mode == "candidates":
         return others[:n]
     if mode != "positives":
         raise ValueError(f"reranker negatives must be one of {', '.join(NEGATIVES)}, got {mode!r}")
-    pool = set(positives)
-    hard = [c for c in others if c in pool]
-    rest = [p for p in positives if p not in ex.positives and p not in hard]
-    rng.shuffle(rest)
-    picked = (hard + rest)[:n]
+    pool = frozenset(positives) if pool is None else pool
+    hard = [c for c in others if c in pool][:n]
+    taken = set(hard) | set(ex.positives)
+    draw = rng.sample(positives, min(len(positives), n - len(hard) + len(taken)))
+    picked = hard + [p for p in draw if p not in taken][:n - len(hard)]
     return picked + [c for c in others if c not in pool][:n - len(picked)]
 
 
@@ -82,9 +84,10 @@ def _lists(examples: list[TrainExample], retrieved: list[list[str]], loss: dict,
            seed: int) -> list[CandidateList]:
     rng = random.Random(seed)
     positives = sorted({p for ex in examples for p in ex.positives})
+    pool = frozenset(positives)
     lists = []
     for ex, cands in zip(examples, retrieved):
-        others = negatives_for(ex, cands, positives, negatives, list_size + len(ex.skip), rng)
+        others = negatives_for(ex, cands, positives, negatives, list_size + len(ex.skip), rng, pool)
         if loss["name"] == "graded":
             labels = loss["labels"]
             skip = [s for s in ex.skip if s not in ex.positives]
