@@ -7,7 +7,7 @@ import string
 
 import pandas as pd
 
-from .tables import Table
+from .tables import Table, column_label
 
 DASH = "—"
 
@@ -63,31 +63,12 @@ def _reason_lines(table: Table) -> list[str]:
     return [f"{letter}: {reason}" for letter, reason in sorted(reasons.items())] + table.notes
 
 
-NAMES = {"hit@1": "Hit@1", "mrr@10": "MRR@10", "r@10": "R@10", "r@20": "R@20", "r@50": "R@50", "fc@10": "FC@10",
-         "ndcg@10": "NDCG@10", "comp@10": "Comp@10", "set_compat": "Set-Compat", "easy": "Easy", "hard": "Hard",
-         "avg": "Avg", "nd": "ND", "all": "All", "oracle_nd": "Oracle-ND"}
-
-
-def _label(part: str) -> str:
-    if part in NAMES:
-        return NAMES[part]
-    if part.isdigit():
-        return f"K={part}"
-    for prefix, word in (("single/", "Single "), ("multi/", "Multi ")):
-        if part.startswith(prefix):
-            return word + _label(part[len(prefix):])
-    stratum, sep, metric = part.partition("/")
-    if sep and "=" in stratum:  # a breakdown key, <tag>=<value>/<metric>: "Q1 Hit@1"
-        return f"{stratum.split('=', 1)[1]} {_label(metric)}"
-    return part
-
-
 def _pretty_columns(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     if isinstance(df.columns, pd.MultiIndex):
-        df.columns = pd.MultiIndex.from_tuples([tuple(_label(p) for p in c) for c in df.columns])
+        df.columns = pd.MultiIndex.from_tuples([tuple(column_label(p) for p in c) for c in df.columns])
     else:
-        df.columns = [_label(c) for c in df.columns]
+        df.columns = [column_label(c) for c in df.columns]
     return df
 
 

@@ -62,6 +62,28 @@ def untrained_note(rows: list[str]) -> list[str]:
             "the text, a floor for the trained rows, not a base reranker." for name in shown]
 
 
+# How the tables name metrics and column values (render.py and the notes both).
+NAMES = {"hit@1": "Hit@1", "mrr@10": "MRR@10", "r@10": "R@10", "r@20": "R@20", "r@50": "R@50", "fc@10": "FC@10",
+         "ndcg@10": "NDCG@10", "comp@10": "Comp@10", "set_compat": "Set-Compat", "easy": "Easy", "hard": "Hard",
+         "avg": "Avg", "nd": "ND", "all": "All", "oracle_nd": "Oracle-ND"}
+
+
+def column_label(part: str) -> str:
+    """How a table names a part of a column key: ``avg`` Avg, ``hit@1`` Hit@1, ``20`` K=20,
+    ``gt_desc_words_quartile=Q1/hit@1`` Q1 Hit@1."""
+    if part in NAMES:
+        return NAMES[part]
+    if part.isdigit():
+        return f"K={part}"
+    for prefix, word in (("single/", "Single "), ("multi/", "Multi ")):
+        if part.startswith(prefix):
+            return word + column_label(part[len(prefix):])
+    stratum, sep, metric = part.partition("/")
+    if sep and "=" in stratum:  # a breakdown key, <tag>=<value>/<metric>: "Q1 Hit@1"
+        return f"{stratum.split('=', 1)[1]} {column_label(metric)}"
+    return part
+
+
 DERIVED: dict[str, Callable[[pd.Series], str]] = {"system": system_label, "loss_label": loss_label}
 
 
@@ -80,6 +102,7 @@ class TableSpec:
     significance_vs: str | None = None            # row label every other row is tested against
     drop: tuple[str, str] | None = None           # add a column (a - b) over the first column dimension
     row_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # a row needs a run with one of these
+    expected_order: tuple[str, str, str] | None = None  # (row, row it should be at or above, who says so): noted
 
 
 TABLES: tuple[TableSpec, ...] = (
@@ -101,7 +124,7 @@ TABLES: tuple[TableSpec, ...] = (
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
               select={"reranker": ("trained", "minilm_ce"), "topk": ("20",), "fields": ("all",), "fusion": ("none",)},
-              rows="loss_label", significance_vs="pointwise"),
+              rows="loss_label", significance_vs="pointwise", expected_order=("listwise", "pointwise", "both papers")),
     TableSpec("skip_ablation", "SKIP ablation (R3's four rows)", "skip_ablation", ("hit@1", "ndcg@10", "r@10", "set_compat"),
               select={"tier": ("easy",), "fields": ("all",)}, columns=(),
               row_specs=(("Embedding w/o SKIP", (("encoder", "trained_r3"), ("reranker", "none"))),
@@ -228,11 +251,9 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
     for row, col in itertools.product(rows, col_keys):
         selector = {**row_sel[row], **{d: v for d, v in zip(spec.columns, col) if v != "avg"}}
         if "avg" in col:
-            parts = [chosen.get((row, tuple(t if v == "avg" else v for v in col))) for t in TIER_VALUES]
-            seeds = sorted(set.intersection(*(set(p) for p in parts))) if all(parts) else []
-            if seeds:
+            if _tier_parts(chosen, row, col):
                 for m in spec.metrics:
-                    put(row, col, m, [float(np.mean([p[seed].get(m, np.nan) for p in parts])) for seed in seeds])
+                    put(row, col, m, list(_seed_values(_tier_parts(chosen, row, col), m).values()))
             else:
                 missing[(row, col)] = "needs both tier runs"
             continue
@@ -256,9 +277,71 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
             sd[(f"drop {a}-{b} (pp)", m)], n[(f"drop {a}-{b} (pp)", m)] = np.nan, np.minimum(n[(a, m)], n[(b, m)])
     table = Table(spec, values, missing, notes=untrained_note(rows) + fusion_note(chosen) + training_note(chosen), sd=sd, n=n,
                   marked=_remarks(chosen))
+    read = functools.cache(lambda run: per_query(run_root, run))  # each run's file once, for every metric and row
     if with_significance and spec.significance_vs in rows:
-        _mark_significance(table, chosen, run_root)
+        _mark_significance(table, chosen, read)
+    if spec.expected_order and col_keys:
+        table.notes += ordering_note(spec, col_keys[-1], chosen, read if with_significance else None)
     return table
+
+
+def _tier_parts(chosen: dict[tuple[str, tuple], dict[str, pd.Series]], row: str, col: tuple) -> list[dict[str, pd.Series]]:
+    """The runs by seed behind a cell: its own, or for an ``avg`` column the Easy and Hard cells' when both exist and
+    share a seed (empty otherwise)."""
+    parts = [chosen.get((row, tuple(t if v == "avg" else v for v in col))) for t in TIER_VALUES] if "avg" in col \
+        else [chosen.get((row, col))]
+    return parts if all(parts) and set.intersection(*(set(p) for p in parts)) else []
+
+
+def _seed_values(parts: list[dict[str, pd.Series]], metric: str) -> dict[str, float]:
+    """A cell's metric per seed (in seed order), averaged over its parts (the tiers of an ``avg`` column)."""
+    seeds = sorted(set.intersection(*(set(p) for p in parts)), key=_seed_order)
+    return {seed: float(np.mean([p[seed].get(metric, np.nan) for p in parts])) for seed in seeds}
+
+
+def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], dict[str, pd.Series]],
+                  read: Callable[[str], dict] | None) -> list[str]:
+    """Whether the table shows the order the papers report between two rows, on its first metric in ``col``, measured:
+    the gap, seed by seed, against the seeds' s.d., the paired test over queries (``read``: a run's per-query metrics;
+    None: no test), and the metrics each row leads on. A reversal within the seeds' noise is no finding."""
+    high, low, who = spec.expected_order
+    a, b = _tier_parts(chosen, high, col), _tier_parts(chosen, low, col)
+    if not a or not b:
+        return []
+
+    def mean(parts: list[dict[str, pd.Series]], metric: str) -> float:
+        return _stat(list(_seed_values(parts, metric).values()))[0]
+
+    metric = spec.metrics[0]
+    va, vb = _seed_values(a, metric), _seed_values(b, metric)
+    gap, holds = 100 * (mean(a, metric) - mean(b, metric)), mean(a, metric) >= mean(b, metric)
+    order = "at or above" if holds else "below"
+    gaps = [100 * (va[s] - vb[s]) for s in va if s in vb]
+    text = (f"{high} against {low}: {who} find {high} at or above {low}; here, on "
+            f"{' '.join(column_label(p) for p in (*col, metric))}, {high} is {order} it, {100 * mean(a, metric):.1f} "
+            f"against {100 * mean(b, metric):.1f} ({gap:+.1f} points)")
+    if gaps:
+        text += (f"; seed by seed {', '.join(f'{g:+.1f}' for g in gaps)}: {order} in "
+                 f"{sum((g >= 0) == holds for g in gaps)} of {len(gaps)} seeds")
+    spreads = [s for s in (_stat(list(va.values()))[1], _stat(list(vb.values()))[1]) if not pd.isna(s)]
+    noise = bool(spreads) and abs(gap) <= 100 * max(spreads)
+    if spreads:
+        text += f"; the gap is {'within' if noise else 'larger than'} one seed s.d. ({100 * max(spreads):.1f})"
+    if read is not None:
+        qa, qb = ({(i, q): v for i, part in enumerate(parts) for q, v in _query_means(part, read, metric).items()}
+                  for parts in (a, b))
+        common = sorted(set(qa) & set(qb))
+        p = paired_randomization([qa[q] for q in common], [qb[q] for q in common]) if common else 1.0
+        noise = noise and p >= 0.05
+        text += (f"; over the {len(common)} queries (each averaged over the seeds), paired randomization test: "
+                 f"p = {p:.2f}, {'' if p < 0.05 else 'not '}significant")
+    diffs = {m: mean(a, m) - mean(b, m) for m in spec.metrics}
+    ahead = [f"{row} on {', '.join(column_label(m) for m, d in diffs.items() if sign * d > 0)}"
+             for row, sign in ((high, 1), (low, -1)) if any(sign * d > 0 for d in diffs.values())]
+    text += f"; ahead in the {' '.join(column_label(p) for p in col)} columns: {'; '.join(ahead)}" if ahead else ""
+    if not holds and noise:
+        text += f". The reversal is within the seeds' noise: on this data it is no evidence against the order {who} report"
+    return [text + "."]
 
 
 def _remarks(chosen: dict[tuple[str, tuple], dict[str, pd.Series]]) -> dict[tuple[str, tuple], list[str]]:
@@ -329,9 +412,9 @@ def _query_means(runs: dict[str, pd.Series], read: Callable[[str], dict], metric
     return {q: float(np.mean([t[q][metric] for t in tables])) for q in qids}
 
 
-def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], dict[str, pd.Series]], run_root: Path) -> None:
+def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], dict[str, pd.Series]],
+                       read: Callable[[str], dict]) -> None:
     ref = table.spec.significance_vs
-    read = functools.cache(lambda run: per_query(run_root, run))  # each run's file once, for every metric and row
     for (row, col), runs in chosen.items():
         base = chosen.get((ref, col))
         if row == ref or base is None:
