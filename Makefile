@@ -33,7 +33,8 @@ demo-agents: setup system-deps harbor
 	$(BIN)/python -m skillrouter.agents.builtin_tasks --out .cache/builtin-tasks
 	$(BIN)/python launch.py -m -cd sweeps -cn downstream_demo progress=false
 
-# The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit: the SLURM tests (one cluster) on one, the rest beside them (tests/conftest.py).
+# The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit, in the order
+# tests/conftest.py sets (the SLURM tests, one cluster, first on one worker; then the longest files first).
 # Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail). Its environment is
 # built beside ours (a pip install keeps one core busy: a fresh clone's CI run spent 108 s before pytest, from 137).
 test:
@@ -41,7 +42,7 @@ test:
 	$(MAKE) setup system-deps || { wait $$harbor; exit 1; }; \
 	wait $$harbor || echo "make test: no Harbor environment (.harbor-env.log says why); the agent-trial tests will skip" >&2
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=0 --durations-min=1.0
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=0 --durations-min=1.0
 
 bench: setup
 	$(BIN)/python benchmarks/load_pool.py

@@ -18,11 +18,23 @@ ROOT = Path(__file__).resolve().parents[1]
 HARBOR = ROOT / ".venv-harbor" / "bin" / "harbor"
 
 
+DURATIONS = ROOT / "reports" / "perf" / "test_durations.json"  # benchmarks/test_durations.py's last measure of CI
+
+
+def _seconds_per_file() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS.read_text())["figures"]["seconds per file (phases over 1 s)"]
+    except (OSError, KeyError, ValueError):
+        return {}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The SLURM tests first: under pytest-xdist (``--dist loadfile``) their file goes to one worker as one
-    unit (they share one cluster and count its jobs) and starts at once, while the other worker takes the rest."""
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
+    """Longest first. Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) a free worker takes the next file
+    as one unit: the SLURM tests (one cluster, whose jobs they count) start at once on one worker, and the other files
+    follow longest first (by their last measured seconds), so the short ones even the two workers out at the end."""
+    seconds = _seconds_per_file()
+    items.sort(key=lambda item: (item.get_closest_marker("slurm") is None, -seconds.get(item.nodeid.split("::")[0], 0.0)))
 
 
 def bf16_numbers(values) -> np.ndarray:
