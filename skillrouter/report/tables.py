@@ -251,9 +251,9 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
     for row, col in itertools.product(rows, col_keys):
         selector = {**row_sel[row], **{d: v for d, v in zip(spec.columns, col) if v != "avg"}}
         if "avg" in col:
-            if _tier_parts(chosen, row, col):
+            if parts := _tier_parts(chosen, row, col):
                 for m in spec.metrics:
-                    put(row, col, m, list(_seed_values(_tier_parts(chosen, row, col), m).values()))
+                    put(row, col, m, list(_seed_values(parts, m).values()))
             else:
                 missing[(row, col)] = "needs both tier runs"
             continue
@@ -338,7 +338,8 @@ def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], d
     diffs = {m: mean(a, m) - mean(b, m) for m in spec.metrics}
     ahead = [f"{row} on {', '.join(column_label(m) for m, d in diffs.items() if sign * d > 0)}"
              for row, sign in ((high, 1), (low, -1)) if any(sign * d > 0 for d in diffs.values())]
-    text += f"; ahead in the {' '.join(column_label(p) for p in col)} columns: {'; '.join(ahead)}" if ahead else ""
+    where = f" in the {' '.join(column_label(p) for p in col)} columns" if col else ""
+    text += f"; ahead{where}: {'; '.join(ahead)}" if ahead else ""
     if not holds and noise:
         text += f". The reversal is within the seeds' noise: on this data it is no evidence against the order {who} report"
     return [text + "."]
