@@ -102,7 +102,8 @@ class TableSpec:
     significance_vs: str | None = None            # row label every other row is tested against
     drop: tuple[str, str] | None = None           # add a column (a - b) over the first column dimension
     row_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # a row needs a run with one of these
-    expected_order: tuple[str, str, str] | None = None  # (row, row it should be at or above, who says so): noted
+    # (row, row the papers have it at or above, where they do): each gets a note on whether this table agrees
+    expected_orders: tuple[tuple[str, str, str], ...] = ()
 
 
 TABLES: tuple[TableSpec, ...] = (
@@ -124,13 +125,16 @@ TABLES: tuple[TableSpec, ...] = (
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
               select={"reranker": ("trained", "minilm_ce"), "topk": ("20",), "fields": ("all",), "fusion": ("none",)},
-              rows="loss_label", significance_vs="pointwise", expected_order=("listwise", "pointwise", "both papers")),
+              rows="loss_label", significance_vs="pointwise",
+              expected_orders=(("listwise", "pointwise", "both papers"),)),
     TableSpec("skip_ablation", "SKIP ablation (R3's four rows)", "skip_ablation", ("hit@1", "ndcg@10", "r@10", "set_compat"),
               select={"tier": ("easy",), "fields": ("all",)}, columns=(),
               row_specs=(("Embedding w/o SKIP", (("encoder", "trained_r3"), ("reranker", "none"))),
                          ("Embedding w/ SKIP", (("encoder", "trained_r3_skip"), ("reranker", "none"))),
                          ("Reranker w/o graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "listwise"))),
-                         ("Reranker w/ graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "graded"))))),
+                         ("Reranker w/ graded SKIP", (("encoder", "trained_r3"), ("reranker", "trained"), ("loss", "graded")))),
+              expected_orders=(("Embedding w/o SKIP", "Embedding w/ SKIP", "R3's Table 10"),
+                               ("Reranker w/ graded SKIP", "Reranker w/o graded SKIP", "R3's Table 10"))),
     TableSpec("topk_ablation", "Top-K ablation: Hit@1 by candidates reranked", "topk_ablation", ("hit@1",),
               select={"fields": ("all",), "fusion": ("none",)}, exclude={"reranker": ("none",)}, columns=("topk", "tier"),
               column_values={"topk": ("10", "20", "50")}, row_needs={"topk": ("10", "50")}),
@@ -280,8 +284,8 @@ def build_table(spec: TableSpec, runs: pd.DataFrame, run_root: Path, with_signif
     read = functools.cache(lambda run: per_query(run_root, run))  # each run's file once, for every metric and row
     if with_significance and spec.significance_vs in rows:
         _mark_significance(table, chosen, read)
-    if spec.expected_order and col_keys:
-        table.notes += ordering_note(spec, col_keys[-1], chosen, read if with_significance else None)
+    for order in spec.expected_orders if col_keys else ():
+        table.notes += ordering_note(spec, order, col_keys[-1], chosen, read if with_significance else None)
     return table
 
 
@@ -299,12 +303,13 @@ def _seed_values(parts: list[dict[str, pd.Series]], metric: str) -> dict[str, fl
     return {seed: float(np.mean([p[seed].get(metric, np.nan) for p in parts])) for seed in seeds}
 
 
-def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], dict[str, pd.Series]],
-                  read: Callable[[str], dict] | None) -> list[str]:
-    """Whether the table shows the order the papers report between two rows, on its first metric in ``col``, measured:
-    the gap, seed by seed, against the seeds' s.d., the paired test over queries (``read``: a run's per-query metrics;
-    None: no test), and the metrics each row leads on. A reversal within the seeds' noise is no finding."""
-    high, low, who = spec.expected_order
+def ordering_note(spec: TableSpec, order: tuple[str, str, str], col: tuple,
+                  chosen: dict[tuple[str, tuple], dict[str, pd.Series]], read: Callable[[str], dict] | None) -> list[str]:
+    """Whether the table shows the order the papers report between two rows (``order``: the row they have at or above
+    the other, where), on its first metric in ``col``, measured: the gap, seed by seed, against the seeds' s.d., the
+    paired test over queries (``read``: a run's per-query metrics; None: no test), and the metrics each row leads on.
+    A reversal within the seeds' noise is no finding."""
+    high, low, who = order
     a, b = _tier_parts(chosen, high, col), _tier_parts(chosen, low, col)
     if not a or not b:
         return []
@@ -317,10 +322,10 @@ def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], d
     gap, holds = 100 * (mean(a, metric) - mean(b, metric)), mean(a, metric) >= mean(b, metric)
     order = "at or above" if holds else "below"
     gaps = [100 * (va[s] - vb[s]) for s in va if s in vb]
-    text = (f"{high} against {low}: {who} find {high} at or above {low}; here, on "
+    text = (f"{high} against {low} (at or above it in {who}): here, on "
             f"{' '.join(column_label(p) for p in (*col, metric))}, {high} is {order} it, {100 * mean(a, metric):.1f} "
             f"against {100 * mean(b, metric):.1f} ({gap:+.1f} points)")
-    if gaps:
+    if len(gaps) > 1:
         text += (f"; seed by seed {', '.join(f'{g:+.1f}' for g in gaps)}: {order} in "
                  f"{sum((g >= 0) == holds for g in gaps)} of {len(gaps)} seeds")
     spreads = [s for s in (_stat(list(va.values()))[1], _stat(list(vb.values()))[1]) if not pd.isna(s)]
@@ -333,7 +338,8 @@ def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], d
         common = sorted(set(qa) & set(qb))
         p = paired_randomization([qa[q] for q in common], [qb[q] for q in common]) if common else 1.0
         noise = noise and p >= 0.05
-        text += (f"; over the {len(common)} queries (each averaged over the seeds), paired randomization test: "
+        text += (f"; over the {len(common)} queries{' (each averaged over the seeds)' if len(gaps) > 1 else ''}, "
+                 "paired randomization test: "
                  f"p = {p:.2f}, {'' if p < 0.05 else 'not '}significant")
     diffs = {m: mean(a, m) - mean(b, m) for m in spec.metrics}
     ahead = [f"{row} on {', '.join(column_label(m) for m, d in diffs.items() if sign * d > 0)}"
@@ -341,7 +347,7 @@ def ordering_note(spec: TableSpec, col: tuple, chosen: dict[tuple[str, tuple], d
     where = f" in the {' '.join(column_label(p) for p in col)} columns" if col else ""
     text += f"; ahead{where}: {'; '.join(ahead)}" if ahead else ""
     if not holds and noise:
-        text += f". The reversal is within the seeds' noise: on this data it is no evidence against the order {who} report"
+        text += f". The reversal is within the seeds' noise: on this data it is no evidence against the order in {who}"
     return [text + "."]
 
 
