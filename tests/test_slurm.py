@@ -310,8 +310,8 @@ CELL_GRID = (*(o for o in USER_GRID if not o.startswith(("loss=", "topk="))), "l
 
 def test_users_grid_by_stage_matches_local_and_cell_dispatch_and_only_gpu_stages_hold_gpus(slurm_env, tmp_path):
     """The user's grid dispatched stage by stage: the metrics of a local run (the pointwise cells) and of cell-level
-    dispatch (two listwise cells); each unique stage built once, by a job holding a GPU only if it is GPU-class; the cells scored by a CPU
-    array job per reranker; a W&B offline run per cell; the rerun submits no stage at all."""
+    dispatch (two listwise cells); each unique stage built once, by a job holding a GPU only if it is GPU-class; the
+    cells scored by a CPU array job per reranker; a W&B offline run per cell; the rerun submits no stage at all."""
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
     local = launch(env, tmp_path / "local", tmp_path / "c2", *LOCAL_GRID, slurm=False, wait=False)  # beside the cluster's
     by_stage = launch(env, tmp_path / "stage", tmp_path / "cache", *USER_GRID, "tracking=wandb")

@@ -319,16 +319,17 @@ def ordering_note(spec: TableSpec, order: tuple[str, str, str], col: tuple,
 
     metric = spec.metrics[0]
     va, vb = _seed_values(a, metric), _seed_values(b, metric)
-    gap, holds = 100 * (mean(a, metric) - mean(b, metric)), mean(a, metric) >= mean(b, metric)
-    order = "at or above" if holds else "below"
+    (ma, sa, _), (mb, sb, _) = _stat(list(va.values())), _stat(list(vb.values()))
+    gap, holds = 100 * (ma - mb), ma >= mb
+    side = "at or above" if holds else "below"
     gaps = [100 * (va[s] - vb[s]) for s in va if s in vb]
     text = (f"{high} against {low} (at or above it in {who}): here, on "
-            f"{' '.join(column_label(p) for p in (*col, metric))}, {high} is {order} it, {100 * mean(a, metric):.1f} "
-            f"against {100 * mean(b, metric):.1f} ({gap:+.1f} points)")
+            f"{' '.join(column_label(p) for p in (*col, metric))}, {high} is {side} it, {100 * ma:.1f} "
+            f"against {100 * mb:.1f} ({gap:+.1f} points)")
     if len(gaps) > 1:
-        text += (f"; seed by seed {', '.join(f'{g:+.1f}' for g in gaps)}: {order} in "
+        text += (f"; seed by seed {', '.join(f'{g:+.1f}' for g in gaps)}: {side} in "
                  f"{sum((g >= 0) == holds for g in gaps)} of {len(gaps)} seeds")
-    spreads = [s for s in (_stat(list(va.values()))[1], _stat(list(vb.values()))[1]) if not pd.isna(s)]
+    spreads = [s for s in (sa, sb) if not pd.isna(s)]
     noise = bool(spreads) and abs(gap) <= 100 * max(spreads)
     if spreads:
         text += f"; the gap is {'within' if noise else 'larger than'} one seed s.d. ({100 * max(spreads):.1f})"
@@ -339,8 +340,7 @@ def ordering_note(spec: TableSpec, order: tuple[str, str, str], col: tuple,
         p = paired_randomization([qa[q] for q in common], [qb[q] for q in common]) if common else 1.0
         noise = noise and p >= 0.05
         text += (f"; over the {len(common)} queries{' (each averaged over the seeds)' if len(gaps) > 1 else ''}, "
-                 "paired randomization test: "
-                 f"p = {p:.2f}, {'' if p < 0.05 else 'not '}significant")
+                 f"paired randomization test: p = {p:.2f}, {'' if p < 0.05 else 'not '}significant")
     diffs = {m: mean(a, m) - mean(b, m) for m in spec.metrics}
     ahead = [f"{row} on {', '.join(column_label(m) for m, d in diffs.items() if sign * d > 0)}"
              for row, sign in ((high, 1), (low, -1)) if any(sign * d > 0 for d in diffs.values())]
