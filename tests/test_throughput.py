@@ -172,6 +172,28 @@ def test_a_gpu_counts_where_the_driver_shows_one_and_cuda_visible_devices_does_n
     assert gpu_visible(str(driver))
 
 
+def test_the_demos_floor_counts_each_stage_once_its_steps_three_passes_and_its_dev_passes_one(tmp_path):
+    """benchmarks/report_demo_floor.py: two runs share a training (reused in one, built in the other: counted once,
+    with the built record's seconds); its 100 step tokens at 1e6 FLOPs count three passes, its 40 dev tokens one."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from report_demo_floor import distinct_stages, stage_flops
+
+    built = {"key": "k1", "cached": False, "seconds": 9.0, "throughput": {
+        "tokens": 100, "passes": 3, "flops_per_token": 1e6, "seconds": 8.0,
+        "dev": {"tokens": 40, "passes": 1, "flops_per_token": 1e6, "seconds": 1.0}}}
+    reused = {**built, "cached": True, "seconds": 0.0}
+    scored = {"key": "k2", "cached": False, "seconds": 2.0,
+              "throughput": {"tokens": 10, "passes": 1, "flops_per_token": 2e6, "seconds": 1.0}}
+    for run, stages in (("a", {"train_reranker": reused}), ("b", {"train_reranker": built, "score_pairs@1": scored,
+                                                                  "load_data": {"key": "k3", "cached": False}})):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "metrics.json").write_text(json.dumps({"stages": stages}))
+    found = distinct_stages(tmp_path)
+    assert sorted(found) == [("score_pairs", "k2"), ("train_reranker", "k1")]
+    assert found[("train_reranker", "k1")]["cached"] is False
+    assert stage_flops(found[("train_reranker", "k1")]["throughput"]) == 100 * 3e6 + 40 * 1e6
+    assert stage_flops(scored["throughput"]) == 2e7
+
 @pytest.mark.slow
 def test_a_cells_model_stages_record_their_throughput(tmp_path):
     """Pool and query embedding, pair scoring and both trainings: tokens, padding, tokens/s, FLOPs per token."""
