@@ -75,8 +75,9 @@ def main() -> None:
     floor_min = total / peak / 60
     demo = PERF / "report_demo.json"
     cold = json.loads(demo.read_text())["figures"]["total_min"] if demo.exists() else None
+    runs = str(args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs)
     write_figures("report_demo_floor", {
-        "runs": str(args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs),
+        "runs": runs,
         "distinct model stages": len(stages),
         "bf16 matmul peak, TFLOP/s (measured now)": round(peak, 3),
         "by stage kind": per_kind,
@@ -86,7 +87,7 @@ def main() -> None:
         "goals, minutes": GOALS_MIN,
         "utilisation each goal needs, model work alone": {goal: f"{floor_min / minutes:.0%}"
                                                          for goal, minutes in GOALS_MIN.items()},
-    }, f"python benchmarks/report_demo_floor.py --runs {args.runs.name}")
+    }, f"python benchmarks/report_demo_floor.py --runs {runs}")
 
 
 if __name__ == "__main__":

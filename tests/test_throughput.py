@@ -194,6 +194,7 @@ def test_the_demos_floor_counts_each_stage_once_its_steps_three_passes_and_its_d
     assert stage_flops(found[("train_reranker", "k1")]["throughput"]) == 100 * 3e6 + 40 * 1e6
     assert stage_flops(scored["throughput"]) == 2e7
 
+
 @pytest.mark.slow
 def test_a_cells_model_stages_record_their_throughput(tmp_path):
     """Pool and query embedding, pair scoring and both trainings: tokens, padding, tokens/s, FLOPs per token."""
