@@ -26,11 +26,15 @@ from _common import PERF, ROOT, write_figures  # noqa: E402
 GOALS_MIN = {"issue 45": 60, "issue 43": 40}
 
 
+def metered_parts(record: dict) -> list[dict]:
+    """A stage's throughput record and, for a training, its dev passes (``dev``), metered apart."""
+    return [record, *([record["dev"]] if isinstance(record.get("dev"), dict) else [])]
+
+
 def stage_flops(record: dict) -> float:
     """FLOPs of one stage's throughput record: forward FLOPs per token x tokens x passes, the training's steps and
-    its dev passes (``dev``) each at their own passes."""
-    parts = [record, *([record["dev"]] if isinstance(record.get("dev"), dict) else [])]
-    return sum(p.get("flops_per_token", 0) * p["tokens"] * p["passes"] for p in parts)
+    its dev passes each at their own passes."""
+    return sum(p.get("flops_per_token", 0) * p["tokens"] * p["passes"] for p in metered_parts(record))
 
 
 def distinct_stages(runs: Path) -> dict[tuple[str, str], dict]:
@@ -62,7 +66,7 @@ def main() -> None:
         work = record["throughput"]
         kinds[kind]["stages"] += 1
         kinds[kind]["model_tflop"] += stage_flops(work) / 1e12
-        kinds[kind]["model_seconds"] += work["seconds"] + (work.get("dev") or {}).get("seconds", 0.0)
+        kinds[kind]["model_seconds"] += sum(p["seconds"] for p in metered_parts(work))
     per_kind = {}
     for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]["model_tflop"]):
         if k["model_tflop"] < 0.5:
