@@ -299,14 +299,16 @@ def test_a_stage_whose_input_is_not_built_is_estimated_from_an_entry_of_the_same
 
 def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, tmp_path):
     """After the demo only the data and MiniLM's pool are built: the trainings' kinds were never built here. Their items
-    come from the pairs file, their rate from the reference rate of MiniLM scaled by the model's size; a model whose size
-    nothing tells leaves its stage out of the total, and the total says so."""
+    come from the pairs file (the pseudo-queries' candidates: at most one per training-pool skill and source), their rate
+    from the reference rate of MiniLM scaled by the model's size; a model whose size nothing tells leaves its stage out
+    of the total, and the total says so."""
     from skillrouter.pipeline.plan import REFERENCE_RATES
 
     graphs, overrides = cells([("encoder=minilm",)])
     cache = StageCache(tmp_path / "cache")
     LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink])
-    trained, overrides = cells([("encoder=trained", "reranker=trained", f"loss={loss}") for loss in ("listwise", "pointwise")])
+    trained, overrides = cells([("encoder=trained", "reranker=trained", f"loss={loss}") for loss in ("listwise", "pointwise")]
+                               + [("encoder=trained", "reranker=trained", "reranker.pretrain.epochs=1")])
     plan = plan_grid(trained, cache, overrides)
     by_kind = {p.stage.kind: p for p in plan.stages}
     pairs = trained[0].named["train_pairs"]
@@ -317,6 +319,8 @@ def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, 
     assert encoder.estimated == "reference"
     assert encoder.estimate_s == pytest.approx(REFERENCE_RATES["train_encoder"] * lines * epochs, abs=0.1)
     assert by_kind["train_reranker"].estimated == "reference"
+    pseudo = next(p for p in plan.stages if "reranker_pretrain_candidates" in p.names)  # its queries not built yet
+    assert pseudo.state == "build" and pseudo.estimated == "history" and pseudo.estimate_s is not None
     assert all(p.estimate_s is not None for p in plan.to_build() if p.stage.resource == "gpu")
     assert "gpu_unestimated" not in plan.totals()
     # a base whose size no name, package or config.json tells: its trainings are left out, and the total says how many

@@ -207,9 +207,14 @@ class Estimator:
 
     def _records(self, stage: Stage) -> int | None:
         """The records of a pairs file an unbuilt pairs stage (``train_pairs``, or the ``dev_split`` that keeps most
-        of them) would read, counted: where a training's items come from before anything is built."""
+        of them) would read, counted: where a training's items come from before anything is built. An unbuilt
+        ``pseudo_queries`` stage gives at most one query per skill of the training pool and source: that bound."""
         if stage.kind == "dev_split" and "pairs" in stage.inputs:
             return self._records(stage.inputs["pairs"])
+        if stage.kind == "pseudo_queries":
+            data = self._manifest(stage.inputs["data"])
+            pool = data.get("n_training_pool") if data else None
+            return pool * len(stage.params["sources"]) if isinstance(pool, int) else None
         if stage.kind != "train_pairs":
             return None
         source = stage.inputs.get("pairs")
