@@ -6,21 +6,26 @@
 #
 # On the lent machine, prepared here first (the parts: what its image lacks, ../shared/notes/platform.md):
 #   .venv/bin/python benchmarks/gpu_kit.py              # .kit/MANIFEST.json and .kit/part1..N, 56 MiB at most each
-# then one device call per part, back to back (a warm machine keeps the parts carried before), each naming
-# carry [".kit/MANIFEST.json", ".kit/partK"]:
-#   parts 1..N-1:  bash benchmarks/gpu_check.sh receive                 (seconds)
-#   part N:        bash benchmarks/gpu_check.sh install bench           timeout_s 380 (BENCH_S=330 inside)
-#   at once:       bash benchmarks/gpu_check.sh suite                   timeout_s 330 (SUITE_S=300 inside)
-# A start (1-2 min), four part calls and these two fill about 13 of the 15 min: no step is rerun within one lease.
-# On a cluster node with the project installed: bash benchmarks/gpu_check.sh (no kit needed).
+# then one device call per part, back to back (a warm machine keeps the parts carried before; it goes back after 30 s
+# idle, so send the next call at once), each naming carry [".kit/MANIFEST.json", ".kit/partK"]:
+#   parts 1..N-1:  bash benchmarks/gpu_check.sh receive                           (seconds each)
+#   part N:        SUITE_S=330 bash benchmarks/gpu_check.sh install suite         timeout_s 380
+#   at once:       BENCH_S=420 bash benchmarks/gpu_check.sh bench                 timeout_s 450 (what is left of 15 min)
+# The H100 lease of 2026-12-06 took 30 s to start, 5 s per part and 18 s to install; bench and suite then hold the
+# rest: a full bench needs about 10 min (the 13.6K embedding alone 137 s at its 100K tokens/s), more than is left
+# after the suite, so BENCH_ONLY names the benchmarks of a call (default: all, in this order):
+#   embed   the 13.6K real sample embedded (tokens/s, utilisation against the same run's matmul peak, goal >= 35 %;
+#           80K projected, goal <= 6 min) against plain sentence-transformers on 200 of the texts      (cap 240 s)
+#   serve   route serve under load at top-20 over 2,000 skills (goal p50 <= 100 ms)                      (cap 180 s)
+#   train   one encoder and one reranker training step at batch 64, then each profiled                   (cap 240 s)
+# e.g. BENCH_ONLY="serve train" after a lease that measured embed. On a cluster node with the project installed:
+# bash benchmarks/gpu_check.sh (no kit needed).
 #
 # Output: $OUT (or OUT_DIR, or reports/perf) gets gpu_check_<step>.txt, and bench's gpu_perf.tgz holds the
-# reports/perf files its benchmarks wrote (copy them into reports/perf/ here). Every benchmark step runs under
-# `timeout` within the step's budget, most wanted first, so a slow one costs the ones after it, not the call.
-# What bench measures, with Qwen3-0.6B-size random stand-ins: a bf16 matmul peak; the 13.6K real sample embedded
-# (tokens/s and model-FLOPs utilisation against that peak, goal >= 35 %; 80K projected from it, goal <= 6 min) against
-# plain sentence-transformers on 200 of the texts; route serve under load at top-20 (goal p50 <= 100 ms); one encoder
-# and one reranker training step at batch 64, profiled.
+# reports/perf files its benchmarks wrote (copy them into reports/perf/ here). Every benchmark runs under `timeout`
+# within the step's budget, so a slow one costs the ones after it, not the call; gpu_embed.py writes its figures
+# after every chunk of texts, so one stopped at its cap still leaves what it measured. The models are Qwen3-0.6B-size
+# random stand-ins (built once per machine, about 1 min).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT:-${OUT_DIR:-reports/perf}}
@@ -71,26 +76,30 @@ EOF
 }
 
 bench() {
-  BUDGET=${BENCH_S:-330}
-  local stamp models=/tmp/gpu_stand_ins
+  BUDGET=${BENCH_S:-420}
+  local stamp models=/tmp/gpu_stand_ins only=" ${BENCH_ONLY:-embed serve train} "
   stamp=$(mktemp)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   budgeted 30 "$PY" -c "from skillrouter.throughput import matmul_peak as p; print('matmul peak, TFLOP/s: bf16', round(p('cuda','bfloat16'),1), 'fp32', round(p('cuda','float32'),1))"
-  [ -d "$models/base" ] || budgeted 90 "$PY" -m skillrouter.models --paper-size --out "$models"
+  [[ $only == *" embed "* || $only == *" serve "* ]] && [ ! -d "$models/causal_lm" ] && \
+      budgeted 90 "$PY" -m skillrouter.models --paper-size --out "$models"
   # the 13.6K sample once, as the preset renders it (name | description | body, 4,096 tokens): utilisation against a
   # matmul peak of the same run, and the papers' 80K pool projected from it (time is linear in texts of one length mix)
-  budgeted 150 "$PY" benchmarks/gpu_embed.py --model "$models/base" --n 13647 --plain-n 200 --name gpu_embed_0.6b_13k
+  [[ $only == *" embed "* ]] && \
+      budgeted 240 "$PY" benchmarks/gpu_embed.py --model "$models/base" --n 13647 --plain-n 200 --name gpu_embed_0.6b_13k
   # served latency over 2,000 of the skills (the pool's size moves the search, not the two models' work), scored in bf16
   # autocast as `auto` resolves on a GPU
-  budgeted 120 "$PY" benchmarks/route_load.py --backends bf16 --requests 48 --skills 2000 --name gpu_qwen3_0.6b \
+  [[ $only == *" serve "* ]] && \
+      budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 48 --skills 2000 --name gpu_qwen3_0.6b \
       encoder=skillrouter_emb_0.6b "encoder.model=$models/base" reranker=skillrouter_rank_0.6b "reranker.model=$models/causal_lm"
-  budgeted 60 "$PY" benchmarks/train_memory.py --name train_memory_gpu --batches 64 --precisions bf16 --profile 64
+  [[ $only == *" train "* ]] && \
+      budgeted 240 "$PY" benchmarks/train_memory.py --name train_memory_gpu --batches 64 --precisions bf16 --profile 64
   find reports/perf -type f -newer "$stamp" -print0 | tar -czf "$OUT_DIR/gpu_perf.tgz" --null -T -
   tar -tzf "$OUT_DIR/gpu_perf.tgz"
 }
 
 suite() {
-  BUDGET=${SUITE_S:-300}
+  BUDGET=${SUITE_S:-330}
   local workers=$(( $(nproc) / 2 ))
   budgeted "$BUDGET" "$PY" -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
       -m "not slurm and not agents" -rfE --durations=15 tests/

@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--plain-n", type=int, default=2000)
     parser.add_argument("--max-tokens", type=int, default=65536)
     parser.add_argument("--pool", type=Path)
+    parser.add_argument("--chunk", type=int, default=4096, help="texts per encode call; figures written after each")
     parser.add_argument("--name", default="gpu_embed", help="figures to reports/perf/<name>.*")
     args = parser.parse_args()
     texts, source = _texts(args.pool, args.n)
@@ -67,21 +68,30 @@ def main() -> None:
     del plain
     ours = load_encoder(spec)
     encode(ours, texts[:64], 32, False, spec.max_tokens)  # warm-up
-    meter = Throughput()
-    torch.cuda.synchronize()
-    emb = encode(ours, texts, 32, False, spec.max_tokens, meter=meter)
-    torch.cuda.synchronize()
-    work = meter.record(peak)
-    write_figures(args.name, {"texts": len(texts), "source": source, "model": args.model,
-                                "attention": attention_implementation(), "peak_bf16_matmul_tflops": round(peak, 1),
-                                f"plain_st_fp32 ({len(head)} texts) s": round(plain_s, 3),
-                                "plain_st_fp32 texts/s": round(len(head) / plain_s, 1),
-                                "ours s": work["seconds"], "ours texts/s": round(len(texts) / work["seconds"], 1),
-                                "speed-up in texts/s": round(len(texts) / work["seconds"] / (len(head) / plain_s), 2),
-                                # the papers' pool size at this pace (time is linear in the texts: same lengths)
-                                "projected s for 80,000 texts": round(80_000 * work["seconds"] / len(texts), 1),
-                                "ours": work, "shape": list(emb.shape)},
-                  "python benchmarks/gpu_embed.py " + " ".join(sys.argv[1:]))
+    meter, shapes = Throughput(), []
+
+    def figures(done: int) -> None:
+        """Written after every chunk, so a run stopped at its budget (gpu_check.sh's ``timeout``) still leaves the
+        figures of the texts it embedded."""
+        work = meter.record(peak)
+        write_figures(args.name, {"texts": done, "of": len(texts), "complete": done == len(texts), "source": source,
+                                  "model": args.model, "device": torch.cuda.get_device_name(),
+                                  "attention": attention_implementation(),
+                                  "peak_bf16_matmul_tflops": round(peak, 1),
+                                  f"plain_st_fp32 ({len(head)} texts) s": round(plain_s, 3),
+                                  "plain_st_fp32 texts/s": round(len(head) / plain_s, 1),
+                                  "ours s": work["seconds"], "ours texts/s": round(done / work["seconds"], 1),
+                                  "speed-up in texts/s": round(done / work["seconds"] / (len(head) / plain_s), 2),
+                                  # the papers' pool size at this pace (time is linear in the texts: same lengths)
+                                  "projected s for 80,000 texts": round(80_000 * work["seconds"] / done, 1),
+                                  "ours": work, "shape": [done, shapes[0][1]]},
+                      "python benchmarks/gpu_embed.py " + " ".join(sys.argv[1:]))
+
+    for start in range(0, len(texts), args.chunk):  # chunks of the pool's own order: each has its length mix
+        torch.cuda.synchronize()
+        shapes.append(encode(ours, texts[start:start + args.chunk], 32, False, spec.max_tokens, meter=meter).shape)
+        torch.cuda.synchronize()
+        figures(start + shapes[-1][0])
 
 
 if __name__ == "__main__":

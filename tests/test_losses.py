@@ -31,6 +31,18 @@ def test_multi_positive_sibling_masking_and_term_by_hand():
     assert got.item() == pytest.approx(main + 0.25 * sibling, rel=1e-6)
 
 
+def test_multi_positive_sibling_term_over_bf16_logits_with_a_float32_log_sum_exp(monkeypatch):
+    """CUDA autocast runs ``logsumexp`` in float32 over bf16 logits (the CPU's keeps bf16): the sibling term then
+    mixes the two dtypes, which a training step on a GPU met as an ``index_add`` dtype error."""
+    logsumexp = torch.logsumexp
+    monkeypatch.setattr(torch, "logsumexp", lambda x, dim: logsumexp(x.float(), dim))
+    sib = torch.tensor([[False, True, False]])
+    got = MultiPositiveInfoNCELoss(temperature=1.0, sibling_weight=0.25)(Q.bfloat16(), C.bfloat16(), torch.tensor([0]),
+                                                                         sib)
+    expected = math.log(1 + math.exp(-1)) + 0.25 * math.log(1 + math.exp(-0.6))
+    assert got.item() == pytest.approx(expected, rel=2e-2)  # bf16 cosines
+
+
 def test_two_gt_query_sibling_is_never_pushed_away():
     """With lambda = 0 the loss must not depend on how close the sibling GT is."""
     loss = MultiPositiveInfoNCELoss(temperature=0.1, sibling_weight=0.0)

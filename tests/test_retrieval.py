@@ -16,6 +16,20 @@ def test_bm25_ranks_the_matching_document_first():
     assert idx[0, 0] == 1 and idx[1, 0] == 2 and scores[0, 0] > scores[0, 1]
 
 
+def test_bm25_takes_numpys_top_k_where_jax_is_installed(monkeypatch):
+    """bm25s's "auto" top-k picks JAX wherever it imports (CUDA images ship it), and JAX's first call takes 75 % of
+    the GPU for its own pool: on a GPU machine the test workers' models then ran out of memory."""
+    import bm25s.selection
+
+    def jax_top_k(*_):
+        raise AssertionError("bm25s ran its top-k in JAX")
+
+    monkeypatch.setattr(bm25s.selection, "JAX_IS_AVAILABLE", True)
+    monkeypatch.setattr(bm25s.selection, "_topk_jax", jax_top_k)
+    idx, _ = bm25_search(DOCS, ["pdf text extraction"], k=2, show_progress=False)
+    assert idx[0, 0] == 1
+
+
 def test_exact_top_k_matches_numpy():
     rng = np.random.default_rng(0)
     docs = rng.normal(size=(50, 8)).astype(np.float32)

@@ -23,6 +23,17 @@ JOBS = [  # (file, kind, resource, dependency)
 ]
 
 
+@pytest.fixture(autouse=True)
+def srun_on_path(tmp_path_factory, monkeypatch):
+    """submitit's SLURM executor refuses to start where no ``srun`` is on PATH (a GPU node or laptop without SLURM's
+    client tools); these tests only render scripts, so a stub stands in for the login node's ``srun``."""
+    bin_dir = tmp_path_factory.mktemp("slurm-client")
+    srun = bin_dir / "srun"
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def launcher_params(profile: str, *overrides: str) -> dict:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={profile}", "hydra.sweep.dir=/SWEEP", "hydra.job.name=launch",

@@ -14,7 +14,7 @@ from skillrouter.models import build_tiny_qwen3, cpu_bf16, gpu_visible, resolve_
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
 
-from .conftest import ROOT, bf16_numbers
+from .conftest import ROOT, bf16_numbers, device_tolerance
 
 TEXTS = ["remove duplicate rows from csv tables", "extract text from pdf pages and tables",
          "resize photos into thumbnails", "cut silence out of a podcast recording, then normalise its loudness",
@@ -77,7 +77,7 @@ def test_encoding_records_its_padding_and_equals_sentence_transformers():
     meter = Throughput()
     ours = encode(model, TEXTS, 2, False, meter=meter)
     reference = model.encode(TEXTS, batch_size=2, normalize_embeddings=True)
-    assert np.abs(ours - reference).max() < 1e-5
+    assert np.abs(ours - reference).max() < device_tolerance(1e-5)
     lengths = [len(ids) for ids in model.tokenizer(TEXTS)["input_ids"]]
     widths = [max(lengths[i] for i in b) * len(b) for b in token_budget_batches(lengths, None, 2)]
     r = meter.record()
@@ -93,7 +93,7 @@ def test_packed_batches_equal_padded_ones_for_a_decoder(tmp_path, pooling):
     packed_meter, padded_meter = Throughput(), Throughput()
     emb_packed = encode(model, TEXTS, 3, False, packed=True, meter=packed_meter)
     emb_padded = encode(model, TEXTS, 3, False, meter=padded_meter)
-    assert np.abs(emb_packed - emb_padded).max() < 1e-5
+    assert np.abs(emb_packed - emb_padded).max() < device_tolerance(1e-5)  # bf16 kernels of two shapes on CUDA
     assert packed_meter.record()["padding"] == 0.0 < padded_meter.record()["padding"]
 
 

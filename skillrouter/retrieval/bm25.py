@@ -19,5 +19,8 @@ def bm25_search(docs: list[str], queries: list[str], k: int, k1: float = 1.5, b:
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(bm25s.tokenize(docs, stopwords=stopwords, show_progress=show_progress), show_progress=show_progress)
     query_tokens = bm25s.tokenize(queries, stopwords=stopwords, show_progress=False)
-    idx, scores = retriever.retrieve(query_tokens, k=min(k, len(docs)), show_progress=show_progress)
+    # numpy's top-k, never "auto": where JAX is installed (CUDA images ship it) auto picks it, and JAX's first call
+    # takes 75 % of the GPU's memory for its own pool, which the model stages of the same node then lack
+    idx, scores = retriever.retrieve(query_tokens, k=min(k, len(docs)), show_progress=show_progress,
+                                     backend_selection="numpy")
     return np.asarray(idx), np.asarray(scores, dtype=np.float32)

@@ -80,7 +80,8 @@ class MultiPositiveInfoNCELoss(nn.Module):
         neg_lse = torch.logsumexp(negatives_only[rows], dim=1)
         sib_logit = logits[rows, cols]
         per_pair = -(sib_logit - torch.logaddexp(sib_logit, neg_lse))
-        per_row = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
+        # per_pair's dtype, not the logits': CUDA autocast runs log-sum-exp in float32 over bf16 logits
+        per_row = torch.zeros(logits.shape[0], dtype=per_pair.dtype, device=logits.device).index_add(0, rows, per_pair)
         counts = siblings.sum(dim=1)
         has = counts > 0
         sibling_term = (per_row[has] / counts[has]).mean()
