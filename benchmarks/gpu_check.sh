@@ -78,21 +78,22 @@ EOF
 bench() {
   BUDGET=${BENCH_S:-420}
   local stamp models=/tmp/gpu_stand_ins only=" ${BENCH_ONLY:-embed serve train} "
+  wants() { [[ $only == *" $1 "* ]]; }
   stamp=$(mktemp)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   budgeted 30 "$PY" -c "from skillrouter.throughput import matmul_peak as p; print('matmul peak, TFLOP/s: bf16', round(p('cuda','bfloat16'),1), 'fp32', round(p('cuda','float32'),1))"
-  [[ $only == *" embed "* || $only == *" serve "* ]] && [ ! -d "$models/causal_lm" ] && \
+  { wants embed || wants serve; } && [ ! -d "$models/causal_lm" ] && \
       budgeted 90 "$PY" -m skillrouter.models --paper-size --out "$models"
   # the 13.6K sample once, as the preset renders it (name | description | body, 4,096 tokens): utilisation against a
   # matmul peak of the same run, and the papers' 80K pool projected from it (time is linear in texts of one length mix)
-  [[ $only == *" embed "* ]] && \
+  wants embed && \
       budgeted 240 "$PY" benchmarks/gpu_embed.py --model "$models/base" --n 13647 --plain-n 200 --name gpu_embed_0.6b_13k
   # served latency over 2,000 of the skills (the pool's size moves the search, not the two models' work), scored in bf16
   # autocast as `auto` resolves on a GPU
-  [[ $only == *" serve "* ]] && \
+  wants serve && \
       budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 48 --skills 2000 --name gpu_qwen3_0.6b \
       encoder=skillrouter_emb_0.6b "encoder.model=$models/base" reranker=skillrouter_rank_0.6b "reranker.model=$models/causal_lm"
-  [[ $only == *" train "* ]] && \
+  wants train && \
       budgeted 240 "$PY" benchmarks/train_memory.py --name train_memory_gpu --batches 64 --precisions bf16 --profile 64
   find reports/perf -type f -newer "$stamp" -print0 | tar -czf "$OUT_DIR/gpu_perf.tgz" --null -T -
   tar -tzf "$OUT_DIR/gpu_perf.tgz"

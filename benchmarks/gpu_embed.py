@@ -68,9 +68,9 @@ def main() -> None:
     del plain
     ours = load_encoder(spec)
     encode(ours, texts[:64], 32, False, spec.max_tokens)  # warm-up
-    meter, shapes = Throughput(), []
+    meter = Throughput()
 
-    def figures(done: int) -> None:
+    def figures(done: int, dim: int) -> None:
         """Written after every chunk, so a run stopped at its budget (gpu_check.sh's ``timeout``) still leaves the
         figures of the texts it embedded."""
         work = meter.record(peak)
@@ -84,14 +84,14 @@ def main() -> None:
                                   "speed-up in texts/s": round(done / work["seconds"] / (len(head) / plain_s), 2),
                                   # the papers' pool size at this pace (time is linear in the texts: same lengths)
                                   "projected s for 80,000 texts": round(80_000 * work["seconds"] / done, 1),
-                                  "ours": work, "shape": [done, shapes[0][1]]},
+                                  "ours": work, "shape": [done, dim]},
                       "python benchmarks/gpu_embed.py " + " ".join(sys.argv[1:]))
 
     for start in range(0, len(texts), args.chunk):  # chunks of the pool's own order: each has its length mix
         torch.cuda.synchronize()
-        shapes.append(encode(ours, texts[start:start + args.chunk], 32, False, spec.max_tokens, meter=meter).shape)
+        emb = encode(ours, texts[start:start + args.chunk], 32, False, spec.max_tokens, meter=meter)
         torch.cuda.synchronize()
-        figures(start + shapes[-1][0])
+        figures(start + len(emb), emb.shape[1])
 
 
 if __name__ == "__main__":
