@@ -29,17 +29,31 @@ def _rows(value, label: str = ""):
         yield label, value
 
 
+def cpu() -> str:
+    """The CPU's model and its bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed differs
+    by 2x, so a CPU figure names the one that made it."""
+    from skillrouter.models import cpu_bf16_units
+
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+    except OSError:
+        names = []
+    return f"{names[0] if names else platform.processor()} ({', '.join(cpu_bf16_units()) or 'no bf16 units'})"
+
+
 def render_markdown(payload: dict) -> str:
     rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in _rows(payload["figures"]))
-    return (f"# {payload['benchmark']}\n\n`{payload['command']}` on {payload['machine']}, {payload['date']}\n\n"
+    machine = payload["machine"] + (f", {payload['cpu']}" if payload.get("cpu") else "")
+    return (f"# {payload['benchmark']}\n\n`{payload['command']}` on {machine}, {payload['date']}\n\n"
             f"| figure | value |\n|---|---|\n{rows}\n")
 
 
 def write_figures(name: str, figures: dict, command: str) -> None:
     """``reports/perf/<name>.json`` plus a one-table Markdown rendering of the same figures."""
     PERF.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "command": command, "machine": platform.platform(), "date": time.strftime("%Y-%m-%d"),
-               "figures": figures}
+    payload = {"benchmark": name, "command": command, "machine": platform.platform(), "cpu": cpu(),
+               "date": time.strftime("%Y-%m-%d"), "figures": figures}
     (PERF / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (PERF / f"{name}.md").write_text(render_markdown(payload))
     print(json.dumps(payload, indent=2))

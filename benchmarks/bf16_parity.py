@@ -107,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-pool", action="store_true", help="leave out the 13.6K pool embedding (~10 min on 2 cores)")
     parser.add_argument("--plain-n", type=int, default=2000)
+    parser.add_argument("--name", default="bf16_parity", help="figures to reports/perf/<name>.* (one file per CPU kind)")
     args = parser.parse_args()
     import torch
 
@@ -127,7 +128,7 @@ def main() -> None:
         figures["skillret-sample"] = "skipped: ../shared/data absent"
     for tier in ("easy", "hard"):
         figures[f"built-in data (synthetic), {tier}"] = labelled(f"builtin-{tier}", [f"tier={tier}"], tmp)
-    write_figures("bf16_parity", figures, "python benchmarks/bf16_parity.py " + " ".join(sys.argv[1:]))
+    write_figures(args.name, figures, "python benchmarks/bf16_parity.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

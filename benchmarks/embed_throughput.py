@@ -2,7 +2,9 @@
 embed_pool stage with each backend (torch fp32, bf16 autocast, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm
 from the stage cache, in one run, each with its tokens, padding and model-FLOPs utilisation against a bf16 matmul
 peak measured in the same run on the same device; then what each backend costs in retrieval quality on the built-in
-data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs.
+data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs. Last, a candidate not yet in the
+encoder: its bf16 forward through ``torch.compile`` against the same encoder eager, on the same texts (``gpu_embed.py``'s
+variants, warm: the compile time apart).
 
     python benchmarks/embed_throughput.py [--n 400]
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, SHARED_DATA, Timer, build_stage, pool_stage, write_figures  # noqa: E402
+from gpu_embed import compare_variants  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -38,6 +41,7 @@ from skillrouter.throughput import matmul_peak  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--name", default="embed_throughput", help="figures to reports/perf/<name>.* (one per CPU kind)")
     args = parser.parse_args()
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     tmp = Path(tempfile.mkdtemp())
@@ -76,8 +80,11 @@ def main() -> None:
         figures[f"{backend}_texts_per_s"] = round(len(texts) / cold.seconds, 1)
         figures[f"{backend}_speedup_vs_plain"] = round(plain.seconds / cold.seconds, 2)
         figures[f"{backend}_warm_s"] = warm.seconds
+    for variant, record in compare_variants(dataclasses.replace(spec, backend="bf16"), texts, ("mask", "compiled"), peak):
+        figures[f"bf16 {'eager' if variant == 'mask' else variant}"] = {
+            k: record[k] for k in ("seconds", "tokens_per_s", "mfu", "warm-up s", "max |diff| vs mask")}
     figures["builtin_quality"] = quality_by_backend(tmp)
-    write_figures("embed_throughput", figures, "python benchmarks/embed_throughput.py --n %d" % args.n)
+    write_figures(args.name, figures, "python benchmarks/embed_throughput.py " + " ".join(sys.argv[1:]))
 
 
 def quality_by_backend(tmp: Path) -> dict[str, dict[str, float]]:

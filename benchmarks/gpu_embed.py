@@ -53,10 +53,12 @@ def _texts(pool: Path | None, n: int) -> tuple[list[str], str]:
     return (rendered * (n // len(rendered) + 1))[:n], source.name
 
 
-def causal_right(model, texts: list[str], max_tokens: int | None, meter: Throughput) -> np.ndarray:
+def causal_right(model, texts: list[str], max_tokens: int | None, meter: Throughput, bf16: bool = False
+                 ) -> np.ndarray:
     """Unit-norm embeddings of ``texts`` as :func:`encode` batches them (tokenised once, longest first, within the
     token budget), each batch padded on the right and run without an attention mask: a causal decoder's last real
-    token then sees exactly what it sees with left padding and the mask."""
+    token then sees exactly what it sees with left padding and the mask. ``bf16``: under bfloat16 autocast, as
+    ``encoder.backend=bf16`` runs on a CPU."""
     import torch
 
     inner = model[0].auto_model
@@ -68,7 +70,7 @@ def causal_right(model, texts: list[str], max_tokens: int | None, meter: Through
         out = np.empty((len(texts), inner.config.hidden_size), dtype=np.float32)
         for batch in token_budget_batches(lengths, max_tokens, 32):
             ids = torch.from_numpy(padded([rows[i] for i in batch], pad)["input_ids"]).to(inner.device)
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast(inner.device.type, dtype=torch.bfloat16, enabled=bf16):
                 hidden = inner(input_ids=ids).last_hidden_state
                 last = hidden[torch.arange(len(batch)), torch.tensor([lengths[i] - 1 for i in batch])].float()
                 out[batch] = torch.nn.functional.normalize(last, dim=-1).cpu().numpy()
@@ -85,8 +87,8 @@ def embedder(variant: str, spec: EncoderSpec) -> Callable[[list[str], Throughput
         inner = model[0].auto_model
         inner.forward = torch.compile(inner.forward, dynamic=True)
     if variant.startswith("causal-right"):
-        return lambda texts, meter: causal_right(model, texts, spec.max_tokens, meter)
-    return lambda texts, meter: encode(model, texts, 32, False, spec.max_tokens, meter=meter)
+        return lambda texts, meter: causal_right(model, texts, spec.max_tokens, meter, spec.bf16)
+    return lambda texts, meter: encode(model, texts, 32, False, spec.max_tokens, bf16=spec.bf16, meter=meter)
 
 
 def compare_variants(spec: EncoderSpec, texts: list[str], variants: tuple[str, ...], peak: float | None,

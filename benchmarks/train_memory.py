@@ -14,7 +14,7 @@ utilisation (model FLOPs of the real tokens / a bf16 matmul peak measured in thi
 Negatives are drawn from enough skills that a step's texts are nearly all distinct. An uncached batch larger than the
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
 ``--profile B``: one step of each kind at batch B under ``torch.profiler``, its top operators written to
-reports/perf/train_profile_<kind>.txt. Figures: reports/perf/train_memory.*.
+reports/perf/train_profile_<kind>.txt. Figures: reports/perf/train_memory.* (``--name``: another name for both).
 """
 from __future__ import annotations
 
@@ -161,7 +161,8 @@ def main() -> None:
                     figures[f"{kind} batch {batch} uncached: {precision} speed-up over {args.precisions[0]} (x)"] = \
                         round(first / other, 2)
         if args.profile:
-            target = PERF / f"train_profile_{kind}.txt"
+            # beside its figures: train_memory -> train_profile_<kind>, train_memory_amx -> train_profile_amx_<kind>
+            target = PERF / f"{args.name.replace('train_memory', 'train_profile', 1)}_{kind}.txt"
             subprocess.run([sys.executable, __file__, "--max-tokens", str(args.max_tokens), "--profile-to", str(target),
                             "--one", kind, str(args.profile), "0", args.precisions[-1], str(tmp / "profile.json")],
                            cwd=ROOT, check=True, capture_output=True)

@@ -53,17 +53,22 @@ def device() -> str:
 BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")  # x86 AMX / AVX-512 BF16; "bf16": Arm's BFloat16 extension
 
 
+def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """Which of :data:`BF16_FLAGS` this CPU has, from the kernel's CPU flags (none where there is no /proc)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return []
+    flags = {flag for line in text.splitlines() if line.startswith(("flags", "Features"))
+             for flag in line.split(":", 1)[1].split()}
+    return [flag for flag in BF16_FLAGS if flag in flags]
+
+
 def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bfloat16 natively (AMX, AVX-512 BF16, Arm BF16), read from the kernel's CPU flags
     without loading torch: planning a grid resolves ``backend: auto`` with it. Elsewhere (no /proc) False: bf16
     emulated in fp32 units is slower than fp32."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return False
-    flags = {flag for line in text.splitlines() if line.startswith(("flags", "Features"))
-             for flag in line.split(":", 1)[1].split()}
-    return any(flag in flags for flag in BF16_FLAGS)
+    return bool(cpu_bf16_units(cpuinfo))
 
 
 def gpu_visible(gpus: str = "/proc/driver/nvidia/gpus") -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from skillrouter.batches import padded, token_budget_batches
-from skillrouter.models import build_tiny_qwen3, cpu_bf16, gpu_visible, resolve_backend, resolve_precision
+from skillrouter.models import build_tiny_qwen3, cpu_bf16, cpu_bf16_units, gpu_visible, resolve_backend, resolve_precision
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
 from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
 
@@ -142,9 +142,10 @@ def test_bf16_scores_are_not_rounded_to_bf16(tmp_path, model, head):
 
 def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     amx, plain = tmp_path / "amx", tmp_path / "plain"
-    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 amx_tile\n")
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
     plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
     assert cpu_bf16(str(amx)) and not cpu_bf16(str(plain)) and not cpu_bf16(str(tmp_path / "absent"))
+    assert cpu_bf16_units(str(amx)) == ["amx_bf16", "avx512_bf16"] and cpu_bf16_units(str(plain)) == []
     from skillrouter import models
 
     monkeypatch.setattr(models, "gpu_visible", lambda: False)
