@@ -97,7 +97,8 @@ def test_data_parallel_encoding_equals_one_device(tiny_data, max_tokens):
 
 
 @pytest.mark.parametrize("backend, tolerance", [("onnx", 1e-4), ("onnx-int8", 0.2)])
-def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance):
+def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance, cpu_only):
+    """ONNX Runtime is a CPU backend: compared with torch on the CPU (fp32 on both sides), on a GPU machine too."""
     cache = StageCache(tmp_path / "cache")
     texts = tiny_data["texts"]
     model = load_encoder(MINILM)
@@ -110,6 +111,18 @@ def test_onnx_backend_matches_torch(tiny_data, tmp_path, backend, tolerance):
     assert emb.shape == reference.shape and np.abs(np.linalg.norm(emb, axis=1) - 1).max() < 1e-3
     assert cosine.min() > 1 - tolerance
     assert build(export_onnx(spec, None), cache).cached  # exported once per model
+
+
+def test_an_encoder_loaded_in_bf16_as_on_cuda_exports_the_fp32_graph_onnx_runtime_runs(tiny_data, tmp_path, cpu_only):
+    """On CUDA the encoder loads bf16 weights; exporting that model as it was failed in the ONNX exporter."""
+    import torch
+
+    texts = tiny_data["texts"]
+    model = load_encoder(MINILM)
+    reference = encode(model, texts, 16, False)
+    path = onnx_backend.export(load_encoder(MINILM).to(torch.bfloat16), tmp_path / "model.onnx")
+    emb = encode(onnx_backend.OnnxEncoder(path, model), texts, 16, False)
+    assert emb.dtype == np.float32 and np.sum(emb * reference, axis=1).min() > 0.99  # the weights' bf16 rounding only
 
 
 def test_shard_bounds_cover_the_pool():

@@ -32,7 +32,7 @@ def export(model, out_path: Path) -> Path:
     example = model.preprocess(["an example sentence to trace", "a second, longer example sentence to trace the graph"])
     args = tuple(example[k].cpu() for k in INPUTS)
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}}
-    wrapped = Embed(model.cpu()).eval()
+    wrapped = Embed(model.cpu().float()).eval()  # fp32 whatever it was loaded as (bf16 on CUDA): ORT's CPU graph
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer notes on shape checks that hold for every input
         torch.onnx.export(wrapped, args, str(out_path), input_names=list(INPUTS), output_names=["embedding"],
