@@ -96,7 +96,8 @@ bench() {
   # served latency over 2,000 of the skills (the pool's size moves the search, not the two models' work), scored in bf16
   # autocast as `auto` resolves on a GPU
   wants serve && \
-      budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 48 --skills 2000 --name gpu_qwen3_0.6b \
+      budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 24 --skills 2000 --queries 10 --modes batched \
+      --name gpu_qwen3_0.6b \
       encoder=skillrouter_emb_0.6b "encoder.model=$models/base" reranker=skillrouter_rank_0.6b "reranker.model=$models/causal_lm"
   wants train && \
       budgeted 240 "$PY" benchmarks/train_memory.py --name train_memory_gpu --batches 64 --precisions bf16 --profile 64

@@ -7,7 +7,7 @@ at most 300 ms and at least 3 requests/s at 8 clients; the ratios to the torch p
 carries a task of its own (a task asked again is answered from the server's cache and would measure nothing).
 
     python benchmarks/route_load.py [--requests 24] [--concurrency 1 8] [--backends torch bf16 onnx onnx-int8]
-                                    [--skills N] [--name NAME] [OVERRIDE ...]
+                                    [--skills N] [--queries 100] [--modes batched unbatched] [--name NAME] [OVERRIDE ...]
 
 The cell is built first through launch.py (cached): the 13.6K skills of ../shared/data as the pool (the built-in
 pool when absent), 100 of their descriptions as tasks (each labelled with its own skill). Tasks sent: the pool's
@@ -48,9 +48,10 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillrouter", name: str = "",
-               n_skills: int | None = None) -> tuple[Path, list[str], int]:
+               n_skills: int | None = None, n_queries: int = 100) -> tuple[Path, list[str], int]:
     """The served cell's run folder (built by launch.py, its stages cached in ``cache_dir``), the tasks, and the pool
-    size. ``n_skills``: the sample's first N skills as the pool (a latency check that need not embed all of it)."""
+    size. ``n_skills``: the sample's first N skills as the pool (a latency check that need not embed all of it);
+    ``n_queries``: the cell's own queries, whose heads it scores before anything is served."""
     sample = SHARED_DATA / "skills-sample.jsonl.gz"
     pool = sample if sample.exists() else generate(WORK / "builtin")["pool"]
     if n_skills:
@@ -59,7 +60,7 @@ def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillr
         pool.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_jsonl(pool, head)
     skills = load_pool(pool, "jsonl", ErrorPolicy("skip", LoadReport()), 200_000)
-    chosen = random.Random(0).sample(skills, 100)
+    chosen = random.Random(0).sample(skills, n_queries)
     WORK.mkdir(parents=True, exist_ok=True)
     queries = WORK / "queries.jsonl"
     queries.write_text("".join(json.dumps({"id": f"q{i:03d}", "query": s.description or s.name, "gt": [s.id]}) + "\n"
@@ -158,13 +159,18 @@ def main() -> None:
                         help="reranker backends, the first the reference")
     parser.add_argument("--name", default="")
     parser.add_argument("--skills", type=int, help="the pool: the sample's first N skills (default: all of it)")
+    parser.add_argument("--queries", type=int, default=100, help="the cell's own queries (also the tasks sent)")
+    parser.add_argument("--modes", nargs="+", default=["batched", "unbatched"], choices=["batched", "unbatched"],
+                        help="served micro-batched (the default server) and/or unbatched")
     args = parser.parse_args()
+    name = "route_load" + (f"_{args.name}" if args.name else "")
+    command = "python benchmarks/route_load.py " + " ".join(sys.argv[1:])
     import torch
 
     figures: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "cpu_cores": os.cpu_count(), "k": 10}
     for backend in args.backends:
         overrides = ["encoder=minilm", "reranker=minilm_ce", "topk=20", *args.overrides, f"reranker.backend={backend}"]
-        run, tasks, pool_size = build_cell(overrides, n_skills=args.skills)
+        run, tasks, pool_size = build_cell(overrides, n_skills=args.skills, n_queries=args.queries)
         metrics = json.loads((run / "metrics.json").read_text())
         choices, embedded = metrics["choices"], metrics["stages"]["embed_pool"]
         figures.update(pool_skills=pool_size, encoder=choices["encoder"], reranker=choices["reranker"],
@@ -172,32 +178,33 @@ def main() -> None:
         figures.setdefault("pool_embedding_s", embedded["seconds"] if not embedded["cached"] else "cached (an earlier run)")
         if "pool_embedding_throughput" not in figures:  # once: each backend's cell shares the first one's embedding
             figures["pool_embedding_throughput"] = utilisation(embedded.get("throughput"), figures["device"])
-        row: dict = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
-        for mode, extra in (("batched", ()), ("unbatched", ("--max-batch", "1", "--batch-wait-ms", "0"))):
-            server = Served(run, *extra)
+        row = figures[f"backend {backend}"] = {"in_process_unbatched_ms": in_process(run, tasks, args.requests)}
+        write_figures(name, figures, command)  # after each step: a run stopped at its budget keeps what it measured
+        for mode in args.modes:
+            server = Served(run, *(() if mode == "batched" else ("--max-batch", "1", "--batch-wait-ms", "0")))
             try:
                 for c in args.concurrency:
                     result = asyncio.run(_load(server.url, tasks, c, args.requests, server.batches))
                     row[f"{mode} / concurrency {c}"] = result
                     print(backend, mode, c, result, flush=True)
+                    write_figures(name, figures, command)
             finally:
                 server.stop()
-        for c in args.concurrency:
+        for c in args.concurrency if len(args.modes) == 2 else ():
             gain = row[f"batched / concurrency {c}"]["requests_per_s"] / row[f"unbatched / concurrency {c}"]["requests_per_s"]
             row[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
-        figures[f"backend {backend}"] = row
+    mode = args.modes[0]
     reference = figures[f"backend {args.backends[0]}"]
     low, high = min(args.concurrency), max(args.concurrency)
     for backend in args.backends:
         row = figures[f"backend {backend}"]
-        p50, rate = row[f"batched / concurrency {low}"]["p50"], row[f"batched / concurrency {high}"]["requests_per_s"]
+        p50, rate = row[f"{mode} / concurrency {low}"]["p50"], row[f"{mode} / concurrency {high}"]["requests_per_s"]
         figures[f"goals / {backend}"] = {
             f"served p50 at concurrency {low} (ms)": p50, f"<= 300 ms": p50 <= 300,
             f"requests/s at concurrency {high}": rate, ">= 3 requests/s": rate >= 3,
-            f"p50 ratio to {args.backends[0]} (x faster)": round(reference[f"batched / concurrency {low}"]["p50"] / p50, 2),
-            f"requests/s ratio to {args.backends[0]} (x)": round(rate / reference[f"batched / concurrency {high}"]["requests_per_s"], 2)}
-    name = "route_load" + (f"_{args.name}" if args.name else "")
-    write_figures(name, figures, "python benchmarks/route_load.py " + " ".join(sys.argv[1:]))
+            f"p50 ratio to {args.backends[0]} (x faster)": round(reference[f"{mode} / concurrency {low}"]["p50"] / p50, 2),
+            f"requests/s ratio to {args.backends[0]} (x)": round(rate / reference[f"{mode} / concurrency {high}"]["requests_per_s"], 2)}
+    write_figures(name, figures, command)
 
 
 if __name__ == "__main__":
