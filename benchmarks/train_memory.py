@@ -127,6 +127,7 @@ def main() -> None:
     figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens, "device": device(),
                                   "machine_memory_gb": round(memory_mb / 1024, 1), "peak bf16 matmul TFLOP/s": round(peak, 3)}
     tmp = Path(tempfile.mkdtemp())
+    command = "python benchmarks/train_memory.py " + " ".join(sys.argv[1:])
     for kind in args.kinds:
         for precision in args.precisions:
             uncached_peak = None
@@ -153,6 +154,7 @@ def main() -> None:
                     if not mini and batch == args.batches[0]:
                         uncached_peak = r["peak_mb"]
                     print(label, r, flush=True)
+                    write_figures(args.name, figures, command)  # after each: a run stopped at its budget keeps them
         for batch in args.batches:
             first = figures.get(f"{kind} {args.precisions[0]} batch {batch} uncached: s / step")
             for precision in args.precisions[1:]:
@@ -167,7 +169,8 @@ def main() -> None:
                             "--one", kind, str(args.profile), "0", args.precisions[-1], str(tmp / "profile.json")],
                            cwd=ROOT, check=True, capture_output=True)
             figures[f"{kind} profile"] = f"{target.relative_to(ROOT)} (batch {args.profile}, {args.precisions[-1]})"
-    write_figures(args.name, figures, "python benchmarks/train_memory.py " + " ".join(sys.argv[1:]))
+            write_figures(args.name, figures, command)
+    write_figures(args.name, figures, command)
 
 
 if __name__ == "__main__":
