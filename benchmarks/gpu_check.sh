@@ -10,15 +10,18 @@
 # idle, so send the next call at once), each naming carry [".kit/MANIFEST.json", ".kit/partK"]:
 #   parts 1..N-1:  bash benchmarks/gpu_check.sh receive                           (seconds each)
 #   part N:        SUITE_S=330 bash benchmarks/gpu_check.sh install suite         timeout_s 380
-#   at once:       BENCH_S=420 bash benchmarks/gpu_check.sh bench                 timeout_s 450 (what is left of 15 min)
+#   at once:       BENCH_ONLY="serve variants" BENCH_S=420 bash benchmarks/gpu_check.sh bench
+#                                                                                 timeout_s 450 (what is left of 15 min)
+# (the next lease's order, from what the last one left unmeasured: the suite, served p50, the embedding candidates;
+# the training profile after them if time is left, BENCH_ONLY=train)
 # The H100 lease of 2026-12-06 took 30 s to start, 5 s per part and 18 s to install; bench and suite then hold the
 # rest: a full bench needs about 14 min (the 13.6K embedding alone 137 s at its 100K tokens/s), more than is left
 # after the suite, so BENCH_ONLY names the benchmarks of a call (default: all, in this order):
+#   serve   route serve under load at top-20 over 2,000 skills (goal p50 <= 100 ms)                      (cap 180 s)
 #   variants  the candidates for the utilisation embed lacks (gpu_embed.py's VARIANTS: right padding without a mask so
 #           SDPA takes its flash kernel, a compiled forward, both) against our encoder, 1,024 texts each  (cap 240 s)
 #   embed   the 13.6K real sample embedded (tokens/s, utilisation against the same run's matmul peak, goal >= 35 %;
 #           80K projected, goal <= 6 min) against plain sentence-transformers on 200 of the texts      (cap 240 s)
-#   serve   route serve under load at top-20 over 2,000 skills (goal p50 <= 100 ms)                      (cap 180 s)
 #   train   one encoder and one reranker training step at batch 64, then each profiled                   (cap 240 s)
 # e.g. BENCH_ONLY="variants serve train" after a lease that measured embed. On a cluster node with the project installed:
 # bash benchmarks/gpu_check.sh (no kit needed).
@@ -79,13 +82,19 @@ EOF
 
 bench() {
   BUDGET=${BENCH_S:-420}
-  local stamp models=/tmp/gpu_stand_ins only=" ${BENCH_ONLY:-variants embed serve train} "
+  local stamp models=/tmp/gpu_stand_ins only=" ${BENCH_ONLY:-serve variants embed train} "
   wants() { [[ $only == *" $1 "* ]]; }
   stamp=$(mktemp)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   budgeted 30 "$PY" -c "from skillrouter.throughput import matmul_peak as p; print('matmul peak, TFLOP/s: bf16', round(p('cuda','bfloat16'),1), 'fp32', round(p('cuda','float32'),1))"
   { wants variants || wants embed || wants serve; } && [ ! -d "$models/causal_lm" ] && \
       budgeted 90 "$PY" -m skillrouter.models --paper-size --out "$models"
+  # served latency over 2,000 of the skills (the pool's size moves the search, not the two models' work), scored in bf16
+  # autocast as `auto` resolves on a GPU
+  wants serve && \
+      budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 24 --skills 2000 --queries 10 --modes batched \
+      --name gpu_qwen3_0.6b \
+      encoder=skillrouter_emb_0.6b "encoder.model=$models/base" reranker=skillrouter_rank_0.6b "reranker.model=$models/causal_lm"
   wants variants && \
       budgeted 240 "$PY" benchmarks/gpu_embed.py --model "$models/base" --n 0 --plain-n 0 --variant-n 1024 \
       --name gpu_embed_variants_0.6b
@@ -93,12 +102,6 @@ bench() {
   # matmul peak of the same run, and the papers' 80K pool projected from it (time is linear in texts of one length mix)
   wants embed && \
       budgeted 240 "$PY" benchmarks/gpu_embed.py --model "$models/base" --n 13647 --plain-n 200 --name gpu_embed_0.6b_13k
-  # served latency over 2,000 of the skills (the pool's size moves the search, not the two models' work), scored in bf16
-  # autocast as `auto` resolves on a GPU
-  wants serve && \
-      budgeted 180 "$PY" benchmarks/route_load.py --backends bf16 --requests 24 --skills 2000 --queries 10 --modes batched \
-      --name gpu_qwen3_0.6b \
-      encoder=skillrouter_emb_0.6b "encoder.model=$models/base" reranker=skillrouter_rank_0.6b "reranker.model=$models/causal_lm"
   wants train && \
       budgeted 240 "$PY" benchmarks/train_memory.py --name train_memory_gpu --batches 64 --precisions bf16 --profile 64
   find reports/perf -type f -newer "$stamp" -print0 | tar -czf "$OUT_DIR/gpu_perf.tgz" --null -T -
