@@ -190,9 +190,11 @@ def main() -> None:
                     write_figures(name, figures, command)
             finally:
                 server.stop()
-        for c in args.concurrency if len(args.modes) == 2 else ():
-            gain = row[f"batched / concurrency {c}"]["requests_per_s"] / row[f"unbatched / concurrency {c}"]["requests_per_s"]
-            row[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
+        if set(args.modes) == {"batched", "unbatched"}:  # the gain needs both servers' figures
+            for c in args.concurrency:
+                batched, unbatched = row[f"batched / concurrency {c}"], row[f"unbatched / concurrency {c}"]
+                gain = batched["requests_per_s"] / unbatched["requests_per_s"]
+                row[f"batching gain in requests/s at concurrency {c} (x)"] = round(gain, 2)
     mode = args.modes[0]
     reference = figures[f"backend {args.backends[0]}"]
     low, high = min(args.concurrency), max(args.concurrency)
