@@ -18,7 +18,7 @@ from skillrouter.report.collect import collect
 from skillrouter.report.render import plain_to_latex, plain_to_markdown, to_csv, to_latex, to_markdown
 from skillrouter.report.reproduction import NOTES as REPRODUCTION_NOTES, reproduction_table
 from skillrouter.report.significance import paired_randomization
-from skillrouter.report.tables import TABLES, build_table, reranker_contribution
+from skillrouter.report.tables import TABLES, build_table, loss_label, reranker_contribution, system_label, untrained_note
 
 from .conftest import pythonpath
 
@@ -398,18 +398,19 @@ def test_a_published_range_is_met_inside_it_and_missed_by_the_distance_to_its_ne
     assert reproduction_table(runs, [entry]).iloc[0]["diff (pp)"] == -11.0
 
 
-def test_a_random_head_reranker_is_labelled_untrained_with_a_footnote(tmp_path):
+def test_the_loss_table_shows_the_trained_rerankers_base_and_a_random_head_is_labelled_untrained_with_a_footnote(tmp_path):
     root = tmp_path / "g"
-    make_run(root, "0", [1, 0], encoder="trained", reranker="minilm_ce", topk="20", fields="all")
+    make_run(root, "0", [0, 1], encoder="trained", reranker="minilm_cosine", topk="20", fields="all")
     make_run(root, "1", [1, 1], encoder="trained", reranker="trained", loss="listwise", topk="20", fields="all")
     runs = collect([root], tmp_path)
-    spec = next(t for t in TABLES if t.name == "loss_ablation")
-    table = build_table(spec, runs, tmp_path)
-    assert "minilm_ce (untrained head)" in list(table.values.index) and "listwise" in list(table.values.index)
-    assert any(n.startswith("(untrained head): minilm_ce is a MiniLM with a freshly initialised classification head")
-               for n in table.notes)
-    pipelines = build_table(next(t for t in TABLES if t.name == "pipeline_results"), runs, tmp_path)
-    assert "trained + minilm_ce (untrained head)" in list(pipelines.values.index)
+    table = build_table(next(t for t in TABLES if t.name == "loss_ablation"), runs, tmp_path)
+    assert set(table.values.index) == {"minilm_cosine (base, not fine-tuned)", "listwise"}
+    assert not any(n.startswith("(untrained head)") for n in table.notes)
+    # a grid of the papers' fresh classification head (reranker=minilm_ce) names it for what it is
+    row = pd.Series({"encoder": "trained", "reranker": "minilm_ce", "loss": "listwise", "fusion": "none"})
+    assert loss_label(row) == "minilm_ce (untrained head)" and system_label(row) == "trained + minilm_ce (untrained head)"
+    assert untrained_note([system_label(row)])[0].startswith(
+        "(untrained head): minilm_ce is a MiniLM with a freshly initialised classification head")
 
 
 def test_a_table_shows_its_own_sweeps_runs_with_dev_held_out_not_a_studys_or_another_sweeps(tmp_path):

@@ -96,7 +96,7 @@ def reranker_spec(rr: DictConfig) -> RerankerSpec:
     return RerankerSpec(model=rr.model, head=rr.head, max_length=rr.max_length, instruction=rr.instruction,
                         batch_size=rr.batch_size, prompt_format=rr.get("prompt_format", "qwen3"),
                         body_max_tokens=rr.get("body_max_tokens", 4096), trust_remote_code=rr.get("trust_remote_code", False),
-                        query_max_tokens=rr.get("query_max_tokens"))
+                        query_max_tokens=rr.get("query_max_tokens"), temperature=rr.get("temperature", 0.05))
 
 
 def _plain(section: DictConfig) -> dict[str, Any]:

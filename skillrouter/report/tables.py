@@ -52,7 +52,9 @@ def system_label(row: pd.Series) -> str:
 
 
 def loss_label(row: pd.Series) -> str:
-    return (str(row["loss"]) if row["reranker"] == "trained" else str(row["reranker"]) + UNTRAINED) + fusion_label(row)
+    if row["reranker"] == "trained":
+        return str(row["loss"]) + fusion_label(row)
+    return str(row["reranker"]) + (UNTRAINED if row["reranker"] in UNTRAINED_HEADS else " (base, not fine-tuned)") + fusion_label(row)
 
 
 def untrained_note(rows: list[str]) -> list[str]:
@@ -124,7 +126,7 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("fn_filter", "False-negative filter ablation (trained encoder)", "fn_filter", ("hit@1", "mrr@10"),
               select={"encoder": ("trained",), "reranker": ("none",), "fields": ("all",)}, rows="fn_filter"),
     TableSpec("loss_ablation", "Reranker loss ablation (top-20)", "loss_ablation", ("hit@1", "mrr@10", "r@10", "fc@10"),
-              select={"reranker": ("trained", "minilm_ce"), "topk": ("20",), "fields": ("all",), "fusion": ("none",)},
+              select={"reranker": ("trained", "minilm_cosine"), "topk": ("20",), "fields": ("all",), "fusion": ("none",)},
               rows="loss_label", significance_vs="pointwise",
               expected_orders=(("listwise", "pointwise", "both papers"),)),
     TableSpec("skip_ablation", "SKIP ablation (R3's four rows)", "skip_ablation", ("hit@1", "ndcg@10", "r@10", "set_compat"),

@@ -1,5 +1,5 @@
-"""A CPU backend for sequence-classification cross-encoders (``reranker.backend=onnx|onnx-int8``): a ``torch.onnx``
-export of the classifier run by ONNX Runtime, optionally int8-quantised (dynamic quantisation of the linear layers), as
+"""A CPU backend for pair cross-encoders (``reranker.backend=onnx|onnx-int8``; heads ``seq_cls`` and
+``segment_cosine``): a ``torch.onnx`` export of the scorer run by ONNX Runtime, optionally int8-quantised (dynamic quantisation of the linear layers), as
 the encoder's (:mod:`skillrouter.retrieval.onnx_backend`).
 
 The request path around it does each piece of work once: pairs are assembled from text tokenised once
@@ -21,7 +21,7 @@ from ..batches import padded, token_budget_batches
 from ..retrieval.onnx_backend import quantize, session
 from ..throughput import Throughput
 from .pair_tokens import PairTokens
-from .spec import RerankerSpec
+from .spec import PAIR_HEADS, RerankerSpec
 
 # int8 leaves each transformer layer's FFN output projection in float: its input, after the GELU, has the outlier
 # activations one scale per tensor cannot hold. Measured on a MiniLM cross-encoder fine-tuned on the SkillRet-layout
@@ -32,30 +32,31 @@ FLOAT_NODES = r"/layer\.\d+/output/dense/"
 
 
 def export(scorer, out_dir: Path, int8: bool) -> str:
-    """Export a :class:`~skillrouter.rerank.scorers.PairScorer` (``seq_cls``) and its tokenizer to ``out_dir``;
-    returns the model file's name."""
+    """Export a :class:`~skillrouter.rerank.scorers.PairScorer` (a pair head: the score as it computes it) and its
+    tokenizer to ``out_dir``; returns the model file's name."""
     import torch
 
-    if scorer.spec.head != "seq_cls":
-        raise ValueError(f"reranker.backend=onnx runs sequence-classification cross-encoders; head {scorer.spec.head!r} "
-                         "runs in torch (reranker.backend=torch)")
+    if scorer.spec.head not in PAIR_HEADS:
+        raise ValueError(f"reranker.backend=onnx runs pair cross-encoders ({', '.join(PAIR_HEADS)}); head "
+                         f"{scorer.spec.head!r} runs in torch (reranker.backend=torch)")
     model = scorer.model.cpu().eval()
     enc = scorer.tokenizer(["an example query to trace", "a second one"], ["a skill text", "another, longer skill text"],
                            padding=True, return_tensors="pt")
     names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
 
-    class Logit(torch.nn.Module):
+    class Score(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
-            self.inner = inner
+            self.inner = inner  # the scorer's model, registered here so that its weights export as initializers
 
         def forward(self, *args):
-            return self.inner(**dict(zip(names, args))).logits[:, 0]
+            enc = dict(zip(names, args))
+            return scorer.segment_cosine(enc) if scorer.spec.head == "segment_cosine" else self.inner(**enc).logits[:, 0]
 
     dynamic = {**{n: {0: "batch", 1: "seq"} for n in names}, "score": {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Logit(model), tuple(enc[n] for n in names), str(out_dir / "model.onnx"), input_names=names,
+        torch.onnx.export(Score(model), tuple(enc[n] for n in names), str(out_dir / "model.onnx"), input_names=names,
                           output_names=["score"], dynamic_axes=dynamic, opset_version=17, dynamo=False)
     scorer.tokenizer.save_pretrained(out_dir)
     model.config.save_pretrained(out_dir)  # the architecture: what a throughput record counts FLOPs by
@@ -67,7 +68,7 @@ def export(scorer, out_dir: Path, int8: bool) -> str:
 
 
 class OnnxPairScorer:
-    """``score(queries, docs)`` of a sequence-classification cross-encoder in ONNX Runtime (see the module docstring)."""
+    """``score(queries, docs)`` of a pair cross-encoder in ONNX Runtime (see the module docstring)."""
 
     def __init__(self, spec: RerankerSpec, folder: str | Path, file: str):
         from transformers import AutoConfig, AutoTokenizer

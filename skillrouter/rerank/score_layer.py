@@ -30,7 +30,10 @@ def score_layer(model: nn.Module, head: str) -> nn.Module:
 
 
 def keep_fp32(scorer: Any) -> None:
-    """Make ``scorer``'s score layer run in fp32 inside its bf16 autocast (its weights are fp32 already)."""
+    """Make ``scorer``'s score layer run in fp32 inside its bf16 autocast (its weights are fp32 already); a
+    ``segment_cosine`` scorer has no such layer (its cosine is computed in fp32 from the mean of many bf16 states)."""
+    if scorer.spec.head == "segment_cosine":
+        return
     layer = score_layer(scorer.model, scorer.spec.head)
     forward, device_type = layer.forward, scorer.model.device.type
 

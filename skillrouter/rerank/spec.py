@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+PAIR_HEADS = ("seq_cls", "segment_cosine")  # heads that read a (query, skill) pair as the tokenizer builds it
+
+
 @dataclass(frozen=True)
 class RerankerSpec:
     model: str
-    head: str = "seq_cls"  # seq_cls | causal_lm | st_cross_encoder
+    head: str = "seq_cls"  # seq_cls | segment_cosine | causal_lm | st_cross_encoder
     max_length: int = 256
     instruction: str = "Given a task, judge whether this agent skill helps complete it"
     batch_size: int = 32
@@ -16,3 +19,4 @@ class RerankerSpec:
     body_max_tokens: int = 4096   # st_cross_encoder: body segment cut (R3)
     query_max_tokens: int | None = None  # seq_cls / qwen3 prompts: the query is cut to this first, the skill gets the rest
     trust_remote_code: bool = False
+    temperature: float = 0.05  # segment_cosine: the score is the segments' cosine over this

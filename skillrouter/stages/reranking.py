@@ -25,7 +25,7 @@ from ..rerank import fusion as fusion_module, llm_judge as judge_module, reorder
 from ..rerank.fusion import ALPHA_GRID, Fusion, fuse, one_standard_error
 from ..rerank.llm_judge import JudgeSpec, LLMJudge
 from ..rerank.reorder import rerank_top_k
-from ..rerank.spec import RerankerSpec
+from ..rerank.spec import PAIR_HEADS, RerankerSpec
 from ..progress import progress
 from ..synth.client import URL_ENV
 from ..throughput import Throughput, model_flops
@@ -161,12 +161,12 @@ def _build_export(ctx: BuildContext) -> dict[str, Any]:
 
 
 def export_reranker(spec: RerankerSpec, backend: str, model: Stage | None = None) -> Stage:
-    """A sequence-classification cross-encoder's ONNX Runtime export (``reranker.backend=onnx|onnx-int8``), with its
+    """A pair cross-encoder's ONNX Runtime export (``reranker.backend=onnx|onnx-int8``), with its
     tokenizer, made once per weights (a fine-tuned reranker's from its ``model`` input)."""
     if backend not in ONNX_BACKENDS:
         raise ValueError(f"reranker.backend must be torch or one of {', '.join(ONNX_BACKENDS)}, got {backend!r}")
-    if spec.head != "seq_cls":
-        raise ValueError(f"reranker.backend={backend} runs sequence-classification cross-encoders; this reranker's head is "
+    if spec.head not in PAIR_HEADS:
+        raise ValueError(f"reranker.backend={backend} runs pair cross-encoders ({', '.join(PAIR_HEADS)}); this reranker's head is "
                          f"{spec.head!r} (Qwen3's yes/no rerankers run in torch: reranker.backend=torch)")
     return Stage("export_reranker", _build_export, {"reranker": _identity(spec), "backend": backend},
                  inputs={"model": model} if model else {}, resource="cpu", options={"spec": spec_dict(spec)},
