@@ -54,7 +54,8 @@ def system_label(row: pd.Series) -> str:
 def loss_label(row: pd.Series) -> str:
     if row["reranker"] == "trained":
         return str(row["loss"]) + fusion_label(row)
-    return str(row["reranker"]) + (UNTRAINED if row["reranker"] in UNTRAINED_HEADS else " (base, not fine-tuned)") + fusion_label(row)
+    kind = UNTRAINED if row["reranker"] in UNTRAINED_HEADS else " (base, not fine-tuned)"
+    return str(row["reranker"]) + kind + fusion_label(row)
 
 
 def untrained_note(rows: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """A CPU backend for pair cross-encoders (``reranker.backend=onnx|onnx-int8``; heads ``seq_cls`` and
-``segment_cosine``): a ``torch.onnx`` export of the scorer run by ONNX Runtime, optionally int8-quantised (dynamic quantisation of the linear layers), as
-the encoder's (:mod:`skillrouter.retrieval.onnx_backend`).
+``segment_cosine``): a ``torch.onnx`` export of the scorer run by ONNX Runtime, optionally int8-quantised (dynamic
+quantisation of the linear layers), as the encoder's (:mod:`skillrouter.retrieval.onnx_backend`).
 
 The request path around it does each piece of work once: pairs are assembled from text tokenised once
 (:mod:`.pair_tokens`, as the torch scorer's), batched by length, each batch padded to its own longest pair.
