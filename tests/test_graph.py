@@ -70,7 +70,10 @@ def test_training_is_shared_by_both_tiers_and_embedding_shards_are_not_identity(
     easy, hard, sharded = (graphs[i].named for i in range(3))
     for name in ("train_encoder", "mine_negatives", "train_reranker", "embed_pool_train"):
         assert easy[name].key == hard[name].key
-    assert easy["load_data"].key != hard["load_data"].key and easy["embed_pool"].key == easy["embed_pool_train"].key
+    assert easy["load_data"].key != hard["load_data"].key
+    # the built-in data trains on a pool of its own (no evaluated skill in it), embedded apart from the benchmark's
+    assert easy["embed_pool"].key != easy["embed_pool_train"].key
+    assert easy["load_data_base"].params["role"] == "train" and easy["reranker_candidates"].inputs
     assert sharded["embed_pool"].key == easy["embed_pool"].key and len(sharded["embed_pool"].after) == 2
     assert sharded["embed_pool/shard0"].key != sharded["embed_pool/shard1"].key
 
@@ -196,10 +199,11 @@ def test_job_units_keep_cpu_stages_off_gpus_and_group_what_follows_in_one_job(ce
     jobs = sorted([s.kind for s in u.stages] for u in units)
     assert jobs == sorted([["embed_pool", "retrieve"],  # a dense retrieval follows the pool embedding it reads
                            ["retrieve"], ["mine_negatives"],  # BM25 and mining: CPU jobs
-                           # the only one waiting for it: the benchmark's queries, the reranker's training candidates
-                           # and the dev queries its early stopping reorders, all in the training pool's one embedding
-                           ["train_encoder", "embed_pool", "retrieve", "retrieve", "retrieve"],
-                           ["train_reranker", "score_pairs"], ["train_reranker", "score_pairs"]])
+                           # the trained encoder embeds two pools (the built-in data trains on a pool of its own):
+                           # the benchmark's for its queries, the training pool's for the reranker's training
+                           # candidates and the dev queries its early stopping reorders; neither is its only reader
+                           ["train_encoder"], ["embed_pool", "retrieve"], ["embed_pool", "retrieve", "retrieve"],
+                           ["train_reranker"], ["train_reranker"], ["score_pairs"], ["score_pairs"]])
     every = {s.key for s in walk([g.sink for g in graphs.values()]) if not s.virtual}
     assert {s.key for u in units for s in u.stages} <= every  # cheap CPU stages run inside the jobs that read them
 
@@ -222,7 +226,8 @@ def test_the_cells_of_each_reranker_are_scored_after_its_own_jobs_only(cells):
 def test_stages_that_could_run_side_by_side_are_not_grouped(cells):
     units, _ = _units(cells, ("easy", "hard"))  # two pools to embed and to score per trained model
     primaries = sorted(u.primary.kind for u in units)
-    assert primaries.count("embed_pool") == 3 and primaries.count("score_pairs") == 4
+    # the base encoder's and the trained one's embedding of the training pool, the trained one's of each tier's pool
+    assert primaries.count("embed_pool") == 4 and primaries.count("score_pairs") == 4
     assert all(len(u.stages) == 1 for u in units if u.primary.kind in ("train_encoder", "train_reranker"))
 
 
@@ -298,15 +303,16 @@ def test_a_stage_whose_input_is_not_built_is_estimated_from_an_entry_of_the_same
 
 
 def test_a_plan_estimates_never_built_trainings_and_names_what_it_cannot(cells, tmp_path):
-    """After the demo only the data and MiniLM's pool are built: the trainings' kinds were never built here. Their items
-    come from the pairs file (the pseudo-queries' candidates: at most one per training-pool skill and source), their rate
-    from the reference rate of MiniLM scaled by the model's size; a model whose size nothing tells leaves its stage out
-    of the total, and the total says so."""
+    """After the demo only the data (the training pool's too) and MiniLM's pool are built: the trainings' kinds were
+    never built here. Their items come from the pairs file (the pseudo-queries' candidates: at most one per
+    training-pool skill and source), their rate from the reference rate of MiniLM scaled by the model's size; a model
+    whose size nothing tells leaves its stage out of the total, and the total says so."""
     from skillrouter.pipeline.plan import REFERENCE_RATES
 
     graphs, overrides = cells([("encoder=minilm",)])
     cache = StageCache(tmp_path / "cache")
-    LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink])
+    trained, _ = cells([("encoder=trained", "reranker=trained")])
+    LocalExecutor(Builder(cache, progress=False)).run([graphs[0].sink, trained[0].named["load_data_base"]])
     trained, overrides = cells([("encoder=trained", "reranker=trained", f"loss={loss}") for loss in ("listwise", "pointwise")]
                                + [("encoder=trained", "reranker=trained", "reranker.pretrain.epochs=1")])
     plan = plan_grid(trained, cache, overrides)

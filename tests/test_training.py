@@ -358,6 +358,37 @@ def test_negatives_from_other_queries_positives_carry_no_skill_identity():
     assert [cl.ids for cl in papers] == [("a", "x", "b"), ("b", "a", "x"), ("c", "y", "x")]
     short = build_lists(examples[:2], retrieved[:2], loss, list_size=4)  # too few positives: candidates fill the rest
     assert short[0].ids == ("a", "b", "x", "y")
+    # a skill of the dev split is no list's negative in either mode: the next candidate takes its place
+    held = build_lists(examples, retrieved, loss, list_size=3, negatives="candidates", held=frozenset({"x"}))
+    assert [cl.ids for cl in held] == [("a", "b", "y"), ("b", "a", "c"), ("c", "y", "z")]
+    assert build_lists(examples[:2], retrieved[:2], loss, list_size=4, held=frozenset({"x"}))[0].ids == ("a", "b", "y", "c")
+
+
+def test_auto_negatives_are_the_papers_lists_only_on_a_training_pool_of_its_own():
+    from omegaconf import OmegaConf
+
+    from skillrouter.pipeline.compose import reranker_negatives
+
+    auto, fixed = OmegaConf.create({"negatives": "auto"}), OmegaConf.create({"negatives": "positives"})
+    assert reranker_negatives(auto, {"train_pool": "train.jsonl"}) == "candidates"
+    assert reranker_negatives(auto, {"train_pool": None}) == "positives"
+    assert reranker_negatives(fixed, {"train_pool": "train.jsonl"}) == "positives"
+
+
+def test_the_builtin_training_pool_holds_no_evaluated_skill_and_a_generic_skill_per_training_family(tmp_path):
+    """The built-in data's training pool: the training and dev families (the dev queries are scored in it), and each
+    training family's overview and setup guide, what a reranker must learn to put below the skill that does the work."""
+    files = generate(tmp_path, n_domains=2)
+    read = lambda name: [json.loads(line) for line in files[name].read_text().splitlines()]
+    pool, train_pool = {r["id"]: r for r in read("pool")}, read("train_pool")
+    evaluated = {g for q in read("queries") for g in q["gt"]} | {g for q in read("queries") for g in q["grades"]}
+    positives = {p for r in read("train_pairs") for p in r.get("skill_ids", [r.get("skill_id")])}
+    dev = {g for q in read("dev_queries") for g in q["gt"]}
+    generic = [r for r in train_pool if r["id"] not in pool]
+    assert not evaluated & {r["id"] for r in train_pool}
+    assert {r["id"] for r in train_pool} - {r["id"] for r in generic} == positives | dev
+    assert all(pool[r["id"]] == r for r in train_pool if r["id"] in pool)  # the same records as the benchmark's
+    assert sorted(r["name"].rsplit("-", 1)[1] for r in generic) == ["overview", "overview", "setup", "setup"]
 
 
 def test_negatives_drawn_from_many_positives_are_distinct_other_positives_hardest_first():

@@ -20,7 +20,12 @@ pairs teach what transfers — the operations' and objects' paraphrases, the tem
 queries (``dev_queries``) of the benchmark's kind — its templates, paraphrase and all — on *dev families* (a
 technology of their own per domain, in the pool, in no training pair): a dev split as hard as the test, where one
 carved from the training pairs (their own templates, their skills' siblings trained on) is far easier and can choose
-nothing (a fusion weight's dev curve was flat at every α).
+nothing (a fusion weight's dev curve was flat at every α). And a training pool (``train_pool``) of its own: the
+training and dev families with the generic distractors a real pool has (an overview of the domain, a tool's setup
+guide: what the Hard tier adds for the evaluated families) for each training family. A reranker trained on the
+benchmark's pool, with negatives among the training positives only, never met a generic skill: on the Hard tier two
+thirds of its wrong top-1s were the domain overview or the tool's setup guide, which name the query's objects in its
+own paraphrase. The pool holds no evaluated skill, so training may label any of its candidates a negative.
 
     python -m skillrouter.data.builtin --out DIR [--seed 0]
 """
@@ -84,7 +89,7 @@ TRAIN_TEMPLATES = [
     "Help me {syn} our {osyn} in {tech}.",
 ]
 MULTI_TEMPLATE = "First {verb} the {obj} in {tech} {domain}, then {verb2} the {obj2} with {tech2}."
-FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs", "dev_queries")
+FILES = ("pool", "queries", "distractors", "oracle_nd", "train_pairs", "dev_queries", "train_pool")
 FILLER = [
     "Prefer small, reversible steps and keep a log of every change.",
     "Ask before overwriting files that already exist.",
@@ -138,14 +143,31 @@ def _record(s: _Sibling, rng: random.Random, source: str = "builtin") -> dict[st
             "source": source}
 
 
+def _generic(s: _Sibling, source: str, rng: random.Random) -> list[dict[str, str]]:
+    """The generic skills of ``s``'s family: its domain's overview and its tool's setup guide. Each names the
+    family's objects, in the queries' paraphrase too, and performs none of its operations."""
+    verb, syn, _ = rng.choice(OPERATIONS)
+    return [
+        {"id": f"{source}/{s.domain}/{s.domain}-{s.tech}-overview", "name": f"{s.domain}-overview",
+         "description": f"Guidance for {s.domain} tasks of every kind.",
+         "body": f"# {s.domain} overview\nGeneral advice to {verb} or {syn} anything in {s.domain} work, "
+                 f"including {s.obj} and {s.osyn}. Covers no specific tool.\n", "category": s.domain, "source": source},
+        {"id": f"{source}/{s.tech}/{s.tech}-setup", "name": f"{s.tech}-setup",
+         "description": f"Install and configure {s.tech}.",
+         "body": f"# {s.tech} setup\nInstall {s.tech}, configure credentials and paths for {s.domain} {s.obj}, "
+                 f"then run a smoke test. Does not {s.verb} anything.\n", "category": s.domain, "source": source},
+    ]
+
+
 def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_domain: int = 3,
              siblings: int = 4, eval_siblings: int = 2, n_multi: int = 12, train_techs: int = 1,
              train_templates: int = len(TRAIN_TEMPLATES), dev_techs: int = 1) -> dict[str, Path]:
-    """Write pool/queries/distractors/oracle_nd/train_pairs/dev_queries JSONL files under ``out_dir``:
+    """Write pool/queries/distractors/oracle_nd/train_pairs/dev_queries/train_pool JSONL files under ``out_dir``:
     ``techs_per_domain`` evaluated families per domain (their first ``eval_siblings`` siblings queried),
     ``train_techs`` training families per domain (every sibling a training positive in ``train_templates`` wordings,
     none ever a query's label or in its family) and ``dev_techs`` dev families per domain (every sibling queried with
-    the benchmark's templates, and multi-skill queries as its, in ``dev_queries``)."""
+    the benchmark's templates, and multi-skill queries as its, in ``dev_queries``); ``train_pool``: the training and
+    dev families, and each training family's generic skills."""
     if not 0 < eval_siblings <= siblings or siblings + eval_siblings > len(SUFFIXES):
         raise ValueError(f"need 0 < eval_siblings <= siblings and siblings + eval_siblings <= {len(SUFFIXES)}")
     if techs_per_domain + train_techs + dev_techs > min(len(t) for t, _ in DOMAINS.values()):
@@ -210,25 +232,18 @@ def generate(out_dir: str | Path, seed: int = 0, n_domains: int = 8, techs_per_d
             twin = _Sibling(f"builtin-hard/{s.domain}/{s.tech}-{s.domain}-{suffix}", f"{s.tech}-{s.domain}-{suffix}", s.domain,
                             s.tech, s.verb, s.syn, s.detail, obj, osyn)  # the GT's operation on another object
             distractors.append({**_record(twin, rng, "builtin-hard"), "variant_of": s.id, "grade": 1})
-        s = fam[0]
-        verb, syn, _ = rng.choice(OPERATIONS)
-        distractors += [
-            {"id": f"builtin-hard/{s.domain}/{s.domain}-{s.tech}-overview", "name": f"{s.domain}-overview",
-             "description": f"Guidance for {s.domain} tasks of every kind.",
-             "body": f"# {s.domain} overview\nGeneral advice to {verb} or {syn} anything in {s.domain} work, "
-                     f"including {s.obj} and {s.osyn}. Covers no specific tool.\n", "category": s.domain, "source": "builtin-hard"},
-            {"id": f"builtin-hard/{s.tech}/{s.tech}-setup", "name": f"{s.tech}-setup",
-             "description": f"Install and configure {s.tech}.",
-             "body": f"# {s.tech} setup\nInstall {s.tech}, configure credentials and paths for {s.domain} {s.obj}, "
-                     f"then run a smoke test. Does not {s.verb} anything.\n", "category": s.domain, "source": "builtin-hard"},
-        ]
+        distractors += _generic(fam[0], "builtin-hard", rng)
     distractors.append({"id": "builtin-hard/general/universal-assistant", "name": "universal-assistant",
                         "description": "Handles any data, file, media or automation task.",
                         "body": "# Universal assistant\n" + " ".join(f"Can {v} things." for v, _, _ in OPERATIONS) + "\n",
                         "category": "general", "source": "builtin-hard"})
     rng.shuffle(pool)  # so ties between identical nd texts are not broken in the GT's favour
+    own = {s.id for fam in training_families + dev_families for s in fam}
+    generic_rng = random.Random(f"train-pool/{seed}")  # its own draws: every other file is as it was without it
+    train_pool = [r for r in pool if r["id"] in own] + [
+        g for fam in training_families for g in _generic(fam[0], "builtin-train", generic_rng)]
     paths = {name: out / f"{name}.jsonl" for name in FILES}
-    for name, records in zip(paths, (pool, queries, distractors, oracle, train, dev)):
+    for name, records in zip(paths, (pool, queries, distractors, oracle, train, dev, train_pool)):
         atomic_write_jsonl(paths[name], records)
     return paths
 

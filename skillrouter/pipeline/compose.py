@@ -116,6 +116,16 @@ def early_stopping(section: DictConfig) -> EarlyStopping | None:
     return EarlyStopping(**_plain(rule)) if rule else None
 
 
+def reranker_negatives(rr: DictConfig, data: Mapping[str, Any]) -> str:
+    """``reranker.negatives``, ``auto`` resolved: the papers' lists (``candidates``) where training reads a pool of its
+    own (``data.train_pool``: no evaluated skill in it, so none is ever labelled a negative), else ``positives`` (on
+    the benchmark's pool, candidates would label the evaluated skills: :mod:`skillrouter.train.reranker`)."""
+    mode = str(rr.get("negatives") or "auto")
+    if mode != "auto":
+        return mode
+    return "candidates" if data.get("train_pool") else "positives"
+
+
 def agent_spec(agent: DictConfig) -> AgentSpec:
     return AgentSpec(name=agent.harbor_name, model=agent.model, kwargs=_plain(agent.kwargs), llm=bool(agent.llm),
                      api_key_env=agent.api_key_env)
@@ -392,7 +402,7 @@ class CellComposer:
             enc, base, training_subset(base), "training", rr.candidates, "embed_pool_train", enc_model))
         return self.record("train_reranker" + tag, reranker_training(
             reranker_spec(rr.base), _plain(cfg.loss), train_config(rr.train, cfg.seed), rr.list_size,
-            str(rr.get("negatives", "candidates")), text,
+            reranker_negatives(rr, self.data), text,
             base, self.pairs(), candidates, self.oracle(), self._reranker_signal(rr, enc, enc_model, text, tag)))
 
     def _reranker_signal(self, rr: DictConfig, enc: DictConfig, enc_model: Stage | None, text: TextSpec, tag: str = ""

@@ -50,8 +50,7 @@ def export(scorer, out_dir: Path, int8: bool) -> str:
             self.inner = inner  # the scorer's model, registered here so that its weights export as initializers
 
         def forward(self, *args):
-            enc = dict(zip(names, args))
-            return scorer.segment_cosine(enc) if scorer.spec.head == "segment_cosine" else self.inner(**enc).logits[:, 0]
+            return scorer.pair_scores(dict(zip(names, args)))  # self.inner is scorer.model: its weights are these
 
     dynamic = {**{n: {0: "batch", 1: "seq"} for n in names}, "score": {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():

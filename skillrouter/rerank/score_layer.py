@@ -18,10 +18,13 @@ from torch import nn
 SEQUENCE_HEADS = ("classifier", "score")  # the head's name in BERT / RoBERTa / XLM-R, and in Llama / Qwen classifiers
 
 
-def score_layer(model: nn.Module, head: str) -> nn.Module:
-    """The module whose output is the score: the output embeddings of a yes/no causal LM, else the classifier."""
+def score_layer(model: nn.Module, head: str) -> nn.Module | None:
+    """The module whose output is the score: the output embeddings of a yes/no causal LM, else the classifier; none
+    for ``segment_cosine``, whose score is a cosine of hidden states (computed in fp32 from the mean of many)."""
     if head == "causal_lm":
         return model.get_output_embeddings()
+    if head == "segment_cosine":
+        return None
     for name in SEQUENCE_HEADS:
         layer = getattr(model, name, None)
         if isinstance(layer, nn.Module):
@@ -30,11 +33,11 @@ def score_layer(model: nn.Module, head: str) -> nn.Module:
 
 
 def keep_fp32(scorer: Any) -> None:
-    """Make ``scorer``'s score layer run in fp32 inside its bf16 autocast (its weights are fp32 already); a
-    ``segment_cosine`` scorer has no such layer (its cosine is computed in fp32 from the mean of many bf16 states)."""
-    if scorer.spec.head == "segment_cosine":
-        return
+    """Make ``scorer``'s score layer, where it has one, run in fp32 inside its bf16 autocast (its weights are fp32
+    already)."""
     layer = score_layer(scorer.model, scorer.spec.head)
+    if layer is None:
+        return
     forward, device_type = layer.forward, scorer.model.device.type
 
     def fp32_forward(*args: Any, **kwargs: Any) -> Any:

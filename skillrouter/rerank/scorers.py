@@ -190,6 +190,11 @@ class PairScorer(nn.Module):
         enc = self.features(rows)
         if self.meter is not None and (torch.is_grad_enabled() or not self.training):  # a cached-gradient replay counts once
             self.meter.count_mask(enc["attention_mask"])
+        return self.pair_scores(enc)
+
+    def pair_scores(self, enc: dict[str, Tensor]) -> Tensor:
+        """``[N]`` scores of a padded batch as the head computes them: what :meth:`forward_rows` and an ONNX export
+        (:mod:`.onnx_backend`) both run."""
         if self.spec.head == "seq_cls":
             return self.model(**enc).logits[:, 0]
         if self.spec.head == "segment_cosine":
@@ -202,9 +207,8 @@ class PairScorer(nn.Module):
         (in fp32: under bf16 autocast the score keeps its precision, as :mod:`.score_layer` does for a head)."""
         hidden = self.model(**enc).last_hidden_state.float()
         mask = enc["attention_mask"].unsqueeze(-1).float()
-        skill = enc["token_type_ids"].unsqueeze(-1).float()
-        query = mask * (1 - skill)
-        skill = mask * skill
+        second = enc["token_type_ids"].unsqueeze(-1).float()  # 1 on the skill's tokens
+        query, skill = mask * (1 - second), mask * second
         q = (hidden * query).sum(1) / query.sum(1).clamp(min=1)
         d = (hidden * skill).sum(1) / skill.sum(1).clamp(min=1)
         return nn.functional.cosine_similarity(q, d, dim=-1) / self.spec.temperature

@@ -20,6 +20,7 @@ from .graph import BuildContext, FileInput, FileRef, Stage, StageFile, file_inpu
 LOAD_PARAMS = ("source", "pool_format", "queries_format", "on_error", "max_field_chars")
 RELEASE_PARAMS = ("revision", "split", "datasets")  # keyed only where a slice sets them
 DATA_FILES = ("pool", "queries", "distractors")  # what load_data reads; oracle_nd and train_pairs go elsewhere
+TRAIN_POOL = "train_pool"  # what it reads instead of the pool for training, where the slice names one
 EXAMPLES = "examples.jsonl"
 
 
@@ -39,7 +40,7 @@ def builtin_file(stage: Stage, name: str) -> StageFile:
 
 def _build_load(ctx: BuildContext) -> dict[str, Any]:
     p = ctx.params
-    data = {**ctx.stage.options["data"], **{slot: ctx.file(slot) for slot in DATA_FILES if ctx.file(slot)}}
+    data = {**ctx.stage.options["data"], **{slot: ctx.file(slot) for slot in (*DATA_FILES, TRAIN_POOL) if ctx.file(slot)}}
     dataset = load_source(data, p["tier"], p["distractors"], p.get("role", "eval"))
     write_dataset(dataset, ctx.out)
     return {"n_skills": len(dataset.skills), "n_queries": len(dataset.queries),
@@ -51,12 +52,14 @@ def load_data(data: Mapping[str, Any], tier: str, with_distractors: bool, role: 
     stage that reads it parses and validates, every other reads columns. Keyed by the content of the
     user's files it reads, and by the stages that made the others (built-in, generated). ``role="train"``:
     the dataset training reads, which is ``data.train_pool`` where the slice names one."""
-    refs: dict[str, FileRef | None] = {slot: data.get(slot) for slot in DATA_FILES}
+    role = "train" if role == "train" and data.get(TRAIN_POOL) else "eval"
+    refs: dict[str, FileRef | None] = {slot: data.get(slot) for slot in (*DATA_FILES, TRAIN_POOL)}
     if not with_distractors:
         refs["distractors"] = None
+    if role != "train":
+        refs[TRAIN_POOL] = None
     inputs, _, names, _ = file_inputs(refs)
     plain = {k: v for k, v in data.items() if not isinstance(v, StageFile)}
-    role = "train" if role == "train" and data.get("train_pool") else "eval"
     user_files = source_files({**plain, **dict.fromkeys(inputs)}, tier, with_distractors, role)
     params = {**{k: data.get(k) for k in LOAD_PARAMS}, **{k: data[k] for k in RELEASE_PARAMS if data.get(k) is not None},
               "tier": tier, "distractors": with_distractors, "files": names,

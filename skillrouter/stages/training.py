@@ -47,16 +47,25 @@ def _rankings(ctx: BuildContext, role: str, n: int) -> list[Ranking]:
     return [rankings[f"train-{i:06d}"] for i in range(n)]
 
 
+def _held_skills(ctx: BuildContext) -> frozenset[str]:
+    """The skills the dev split labels, where the training pairs are a dev split's (none otherwise)."""
+    if ctx.stage.inputs["pairs"].kind != "dev_split":
+        return frozenset()
+    return frozenset(g for q in ctx.dataset("pairs").queries for g in q.all_gt)
+
+
 def _lists_of(ctx: BuildContext, pairs: str, candidates: str, seed: int) -> tuple[list, int]:
     """A reranker's training lists from a pairs stage and the first stage's candidates for its queries, with the
-    first stage's scores where distillation reads them; and how many training queries they came from."""
+    first stage's scores where distillation reads them; and how many training queries they came from. No list
+    shows a skill of the dev split."""
     from ..train.reranker import build_lists
 
     p = ctx.params
     examples = read_examples(ctx.input(pairs))
     rankings = _rankings(ctx, candidates, len(examples))
     teacher = [dict(zip(r.ids, r.scores)) for r in rankings] if p.get("distill", {}).get("weight") else None
-    lists = build_lists(examples, [r.ids for r in rankings], p["loss"], p["list_size"], p["negatives"], seed, teacher)
+    lists = build_lists(examples, [r.ids for r in rankings], p["loss"], p["list_size"], p["negatives"], seed, teacher,
+                        _held_skills(ctx))
     return lists, len(examples)
 
 

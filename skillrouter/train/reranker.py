@@ -13,7 +13,13 @@ Which candidates serve as negatives (``negatives``):
   candidate list, the skills that are ever positives are the only ones ever labelled 1, and a reranker learns to
   put *those skills* first whatever the query (measured on the built-in data: every top-1 of 60 evaluation queries
   was a training positive, against 23 % of the candidates).
-* ``candidates``: the encoder's top candidates that are not the query's GT (the papers' lists).
+* ``candidates``: the encoder's top candidates that are not the query's GT (the papers' lists). Safe where training
+  reads a pool of its own (``data.train_pool``, disjoint from what is evaluated): no evaluated skill is ever labelled.
+  ``auto`` (the preset's) resolves to this there, to ``positives`` on the benchmark's pool
+  (:func:`skillrouter.pipeline.compose.reranker_negatives`).
+
+In either mode a skill the dev split labels (``held``) is never a negative, as it is never a positive: the dev split
+stays as unseen as the test.
 """
 from __future__ import annotations
 
@@ -50,12 +56,14 @@ NEGATIVES = ("positives", "candidates")
 
 
 def negatives_for(ex: TrainExample, candidates: list[str], positives: list[str], mode: str, n: int,
-                  rng: random.Random, pool: frozenset[str] | None = None) -> list[str]:
+                  rng: random.Random, pool: frozenset[str] | None = None, held: frozenset[str] = frozenset()
+                  ) -> list[str]:
     """Up to ``n`` negatives of a training query, hardest first (see the module docstring for ``mode``). Where the
     other queries' positives run out, the rest of the candidates fill the list. ``pool``: ``positives`` as a set,
     built once by a caller that asks for many queries. The random fill draws just enough of the positives, so a list
-    costs O(n), not O(len(positives)): shuffling them all per query made 37K pairs quadratic."""
-    others = [c for c in candidates if c not in ex.positives]
+    costs O(n), not O(len(positives)): shuffling them all per query made 37K pairs quadratic. ``held``: the dev
+    split's skills, never a negative."""
+    others = [c for c in candidates if c not in ex.positives and c not in held]
     if mode == "candidates":
         return others[:n]
     if mode != "positives":
@@ -69,11 +77,11 @@ def negatives_for(ex: TrainExample, candidates: list[str], positives: list[str],
 
 
 def build_lists(examples: list[TrainExample], retrieved: list[list[str]], loss: dict, list_size: int,
-                negatives: str = "positives", seed: int = 0, teacher: list[Mapping[str, float]] | None = None
-                ) -> list[CandidateList]:
+                negatives: str = "positives", seed: int = 0, teacher: list[Mapping[str, float]] | None = None,
+                held: frozenset[str] = frozenset()) -> list[CandidateList]:
     """Each example's list(s) from its retrieved candidates; ``teacher``: per example, the first stage's score of each
-    candidate it retrieved (what distillation reads)."""
-    lists = _lists(examples, retrieved, loss, list_size, negatives, seed)
+    candidate it retrieved (what distillation reads); ``held``: the dev split's skills, which no list shows."""
+    lists = _lists(examples, retrieved, loss, list_size, negatives, seed, held)
     if teacher is None:
         return lists
     by_query = {ex.query: scores for ex, scores in zip(examples, teacher)}
@@ -81,13 +89,13 @@ def build_lists(examples: list[TrainExample], retrieved: list[list[str]], loss: 
 
 
 def _lists(examples: list[TrainExample], retrieved: list[list[str]], loss: dict, list_size: int, negatives: str,
-           seed: int) -> list[CandidateList]:
+           seed: int, held: frozenset[str]) -> list[CandidateList]:
     rng = random.Random(seed)
     positives = sorted({p for ex in examples for p in ex.positives})
     pool = frozenset(positives)
     lists = []
     for ex, cands in zip(examples, retrieved):
-        others = negatives_for(ex, cands, positives, negatives, list_size + len(ex.skip), rng, pool)
+        others = negatives_for(ex, cands, positives, negatives, list_size + len(ex.skip), rng, pool, held)
         if loss["name"] == "graded":
             labels = loss["labels"]
             skip = [s for s in ex.skip if s not in ex.positives]
