@@ -224,7 +224,7 @@ class CellComposer:
             if reference(data.get(key)):
                 data[key] = self._synth(data[key], self._supp_source)
         if cfg.tier.distractors and reference(data.get("distractors")):
-            data["distractors"] = self._synth(data["distractors"], self.base)
+            data["distractors"] = self._synth(data["distractors"], self.benchmark)
         return data
 
     def _synth(self, value: str, base: Callable[[], Stage]) -> StageFile:
@@ -247,6 +247,11 @@ class CellComposer:
         ``data.train_pool`` (with the benchmark's queries, which training keeps out of its positives)."""
         return self.record("load_data_base", load_data(self.data, "easy", False, role="train"))
 
+    def benchmark(self) -> Stage:
+        """The benchmark without Hard-tier additions: what generation *for the benchmark* reads (distractors and
+        Oracle-ND descriptions of its GT skills, which a training pool of its own never holds)."""
+        return self.record("load_data_benchmark", load_data(self.data, "easy", False))
+
     def dataset(self) -> Stage:
         """What the cell scores: the benchmark (``eval.split=test``), or the dev split (its queries, the training pool)."""
         if scored_split(self.cfg) == "dev":
@@ -254,9 +259,10 @@ class CellComposer:
         return self.record("load_data", load_data(self.data, self.cfg.tier.name, bool(self.cfg.tier.distractors)))
 
     def file(self, key: str) -> FileRef | None:
-        """A path-valued input (``train_pairs``, ``oracle_nd``), a generation stage's file if it is a synth reference."""
+        """A path-valued input (``train_pairs``, ``oracle_nd``), a generation stage's file if it is a synth reference
+        (training pairs generated from the training pool, the rest from the benchmark)."""
         if reference(self.data.get(key)):
-            self.data[key] = self._synth(self.data[key], self.base)
+            self.data[key] = self._synth(self.data[key], self.base if key == "train_pairs" else self.benchmark)
         return self.data.get(key)
 
     def oracle(self) -> FileRef | None:
