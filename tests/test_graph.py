@@ -73,7 +73,8 @@ def test_training_is_shared_by_both_tiers_and_embedding_shards_are_not_identity(
     assert easy["load_data"].key != hard["load_data"].key
     # the built-in data trains on a pool of its own (no evaluated skill in it), embedded apart from the benchmark's
     assert easy["embed_pool"].key != easy["embed_pool_train"].key
-    assert easy["load_data_base"].params["role"] == "train" and easy["reranker_candidates"].inputs
+    assert easy["load_data_base"].params["role"] == "train" and easy["load_data_base"].key != easy["load_data"].key
+    assert easy["reranker_candidates"].inputs["data"].key == easy["load_data_base"].key  # candidates from that pool
     assert sharded["embed_pool"].key == easy["embed_pool"].key and len(sharded["embed_pool"].after) == 2
     assert sharded["embed_pool/shard0"].key != sharded["embed_pool/shard1"].key
 
