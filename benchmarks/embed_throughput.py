@@ -1,7 +1,7 @@
 """Pool embedding throughput: a plain SentenceTransformer.encode of the rendered texts against our
 embed_pool stage with each backend (torch fp32, bf16 autocast, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm
-from the stage cache, in one run, each with its tokens, padding and model-FLOPs utilisation against a bf16 matmul
-peak measured in the same run on the same device; then what each backend costs in retrieval quality on the built-in
+from the stage cache, in one run, each with its tokens, padding and model-FLOPs utilisation against a matmul peak
+measured in the same run on the same device (bf16; fp32 on a CPU without bf16 units); then what each backend costs in retrieval quality on the built-in
 data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs. Last, a candidate not yet in the
 encoder: its bf16 forward through ``torch.compile`` against the same encoder eager, on the same texts (``gpu_embed.py``'s
 variants, warm: the compile time apart).
@@ -35,7 +35,7 @@ from skillrouter.fields import Caps, TextSpec, render_pool  # noqa: E402
 from skillrouter.models import device, resolve_model  # noqa: E402
 from skillrouter.retrieval.dense import BACKENDS, EncoderSpec  # noqa: E402
 from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
-from skillrouter.throughput import matmul_peak  # noqa: E402
+from skillrouter.throughput import device_peak  # noqa: E402
 
 
 def main() -> None:
@@ -55,9 +55,9 @@ def main() -> None:
 
     with Timer() as plain:
         SentenceTransformer(resolve_model(spec.model), device="cpu").encode(texts, batch_size=spec.batch_size)
-    peak = matmul_peak(device(), "bfloat16")
+    peak_kind, peak = device_peak(device())
     figures = {"texts": len(texts), "source": source.name, "threads": torch.get_num_threads(),
-               "peak_bf16_matmul_tflops": round(peak, 3),
+               f"peak_{peak_kind}_matmul_tflops": round(peak, 3),
                "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1)}
     text = TextSpec(mode="all", caps=Caps(300, 2500))
     for backend in BACKENDS:

@@ -1,4 +1,4 @@
-"""How fast `make report-demo` could be on this machine: the model FLOPs its runs did, at the bf16 matmul peak.
+"""How fast `make report-demo` could be on this machine: the model FLOPs its runs did, at the device's matmul peak.
 
     python benchmarks/report_demo_floor.py [--runs outputs/multirun]
 
@@ -6,7 +6,8 @@ Why: issue 45 asks for the demo in <= 60 min and issue 43 in <= 40, and the cold
 trainings most of it). Whether that gap is overhead to remove or work the grid asks for is a number, not an opinion:
 every model stage's ``metrics.json`` record says how many tokens it ran, through how many passes, at how many FLOPs
 per token (``skillrouter/throughput.py``). Summed over the distinct stages of the committed sweeps (each stage once,
-by its cache key, as a cold run builds it) and divided by a bf16 matmul peak measured now on this machine, that is
+by its cache key, as a cold run builds it) and divided by a matmul peak measured now on this machine (bf16; fp32 on a
+CPU without bf16 units: ``skillrouter.throughput.device_peak``), that is
 the time the model work alone would take at 100 % of the chip: no padding, no tokenising, no data stages, no
 Python. A floor, not an estimate: the real run reaches a fraction of the peak (its utilisation, per stage kind).
 Run it on an otherwise idle machine: the peak is what this process reaches now. Figures go to
@@ -58,9 +59,9 @@ def main() -> None:
     stages = distinct_stages(args.runs)
     if not stages:
         sys.exit(f"no model stage records under {args.runs}: run `make report-demo` first")
-    from skillrouter.throughput import matmul_peak
+    from skillrouter.throughput import device_peak
 
-    peak = matmul_peak("cpu", "bfloat16")
+    peak_kind, peak = device_peak("cpu")
     kinds: dict[str, dict[str, float]] = defaultdict(lambda: {"stages": 0, "model_tflop": 0.0, "model_seconds": 0.0})
     for (kind, _), record in stages.items():
         work = record["throughput"]
@@ -83,7 +84,7 @@ def main() -> None:
     write_figures("report_demo_floor", {
         "runs": runs,
         "distinct model stages": len(stages),
-        "bf16 matmul peak, TFLOP/s (measured now)": round(peak, 3),
+        f"{peak_kind} matmul peak, TFLOP/s (measured now)": round(peak, 3),
         "by stage kind": per_kind,
         "model TFLOP, all stages": round(total, 1),
         "floor: minutes at 100 % of the peak": round(floor_min, 1),

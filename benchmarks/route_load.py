@@ -38,7 +38,7 @@ from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.jsonl import atomic_write_jsonl, read_jsonl  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.throughput import matmul_peak  # noqa: E402
+from skillrouter.throughput import device_peak  # noqa: E402
 
 WORK = ROOT / ".cache" / "bench" / "route_load"
 
@@ -73,12 +73,13 @@ def build_cell(overrides: list[str], cache_dir: Path = ROOT / ".cache" / "skillr
 
 
 def utilisation(throughput: dict | None, device: str) -> dict | str:
-    """The pool embedding's throughput (the stage's own record) with its model-FLOPs utilisation against a bf16 matmul
-    measured now on ``device`` (how much of the chip the work that every cell shares used)."""
+    """The pool embedding's throughput (the stage's own record) with its model-FLOPs utilisation against the device's
+    matmul peak measured now (``device_peak``: bf16, fp32 on a CPU without bf16 units): how much of the chip the work
+    that every cell shares used."""
     if not throughput:
         return "not recorded"
-    peak = matmul_peak(device, "bfloat16")
-    return {**throughput, "bf16_matmul_peak_tflops": round(peak, 3),
+    peak_kind, peak = device_peak(device)
+    return {**throughput, f"{peak_kind}_matmul_peak_tflops": round(peak, 3),
             "utilisation": round(throughput["model_tflops_per_s"] / peak, 3)}
 
 

@@ -10,7 +10,8 @@ cross-encoder, listwise, lists of 8 pairs (the skill + 7 others). Both as the tr
 dropout 0: ``train.attention_dropout``). Each configuration runs two optimisation steps in its own process, so its
 peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's alone; s / step is the mean of the
 two steps' wall time (the training loop's own account: model loading and saving excluded), examples/s and
-utilisation (model FLOPs of the real tokens / a bf16 matmul peak measured in this run on this device) follow from it.
+utilisation (model FLOPs of the real tokens / the device's matmul peak measured in this run: bf16, fp32 on a CPU
+without bf16 units) follow from it.
 Negatives are drawn from enough skills that a step's texts are nearly all distinct. An uncached batch larger than the
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
 ``--profile B``: one step of each kind at batch B under ``torch.profiler``, its top operators written to
@@ -120,12 +121,12 @@ def main() -> None:
     import psutil
 
     from skillrouter.models import device
-    from skillrouter.throughput import matmul_peak
+    from skillrouter.throughput import device_peak
 
     memory_mb = psutil.virtual_memory().total / 2**20
-    peak = matmul_peak(device(), "bfloat16")
+    peak_kind, peak = device_peak(device())
     figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens, "device": device(),
-                                  "machine_memory_gb": round(memory_mb / 1024, 1), "peak bf16 matmul TFLOP/s": round(peak, 3)}
+                                  "machine_memory_gb": round(memory_mb / 1024, 1), f"peak {peak_kind} matmul TFLOP/s": round(peak, 3)}
     tmp = Path(tempfile.mkdtemp())
     command = "python benchmarks/train_memory.py " + " ".join(sys.argv[1:])
     for kind in args.kinds:
