@@ -89,34 +89,30 @@ def native_bf16() -> bool:
 
 def resolve_backend(backend: str) -> str:
     """``auto``: ``bf16`` where the planning host has bf16 units (:func:`native_bf16`; parity with fp32 measured in
-    ``reports/perf/bf16_parity.md``), else ``torch``; any other backend as it is (``bf16`` on a host without bf16
-    units with :func:`warn_emulated_bf16`'s warning). A grid planned on a host without a GPU for GPU nodes (a SLURM
-    login node) resolves from that host's CPU: name ``bf16`` there."""
-    if backend == "auto":
-        return "bf16" if native_bf16() else "torch"
-    if backend == "bf16":
-        warn_emulated_bf16("backend=bf16")
-    return backend
+    ``reports/perf/bf16_parity.md``), else ``torch``; any other backend as it is (:func:`resolve_bf16`). A grid planned
+    on a host without a GPU for GPU nodes (a SLURM login node) resolves from that host's CPU: name ``bf16`` there."""
+    return resolve_bf16(backend, "torch", "backend=bf16")
 
 
 def resolve_precision(precision: str) -> str:
     """A training's ``precision: auto``: ``bf16`` where the planning host has bf16 units, else ``fp32``; any other
-    precision as it is (``bf16`` without bf16 units with :func:`warn_emulated_bf16`'s warning)."""
-    if precision == "auto":
-        return "bf16" if native_bf16() else "fp32"
-    if precision == "bf16":
-        warn_emulated_bf16("train.precision=bf16")
-    return precision
+    precision as it is (:func:`resolve_bf16`)."""
+    return resolve_bf16(precision, "fp32", "train.precision=bf16")
 
 
-def warn_emulated_bf16(asked: str) -> None:
-    """Say so when bf16 is asked for by name on a host without bf16 units: PyTorch emulates it there, so the run is
-    slower than fp32, not faster (measured on an AVX2-only CPU: a bf16 matmul 0.0003 TFLOP/s against fp32's 0.12, and a
-    MiniLM training step minutes instead of seconds). Only a warning: a grid planned on a login node runs elsewhere."""
-    if not native_bf16():
+def resolve_bf16(value: str, full: str, asked: str) -> str:
+    """``auto`` → ``bf16`` on bf16 units, else ``full`` (the option's full-precision value); ``bf16`` named on a host
+    without bf16 units warns (as ``asked``): PyTorch emulates it there, so the run is slower than fp32, not faster
+    (measured on an AVX2-only CPU: a bf16 matmul 0.0003 TFLOP/s against fp32's 0.12; MiniLM's pool embedding 5.5x
+    slower; a test's training steps minutes instead of seconds). Only a warning: a grid planned on a login node runs
+    elsewhere."""
+    if value == "auto":
+        return "bf16" if native_bf16() else full
+    if value == "bf16" and not native_bf16():
         warnings.warn(f"{asked} on a host without bf16 units (no NVIDIA GPU; none of {', '.join(BF16_FLAGS)} among the "
                       "CPU flags): PyTorch emulates bf16 here, far slower than fp32 (`auto` picks fp32 on this host). "
                       "Where the stages run on other nodes (a grid planned on a login node), ignore this.", stacklevel=3)
+    return value
 
 
 # Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's architecture (both Qwen3-0.6B: their config.json files)
