@@ -59,9 +59,10 @@ def main() -> None:
     stages = distinct_stages(args.runs)
     if not stages:
         sys.exit(f"no model stage records under {args.runs}: run `make report-demo` first")
+    from skillrouter.models import cpu_bf16
     from skillrouter.throughput import device_peak
 
-    peak_kind, peak = device_peak("cpu")
+    peak_kind, peak = device_peak("cpu", cpu_bf16())
     kinds: dict[str, dict[str, float]] = defaultdict(lambda: {"stages": 0, "model_tflop": 0.0, "model_seconds": 0.0})
     for (kind, _), record in stages.items():
         work = record["throughput"]

@@ -120,11 +120,11 @@ def main() -> None:
         return
     import psutil
 
-    from skillrouter.models import device
+    from skillrouter.models import cpu_bf16, device
     from skillrouter.throughput import device_peak
 
     memory_mb = psutil.virtual_memory().total / 2**20
-    peak_kind, peak = device_peak(device())
+    peak_kind, peak = device_peak(device(), cpu_bf16())
     figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens, "device": device(),
                                   "machine_memory_gb": round(memory_mb / 1024, 1), f"peak {peak_kind} matmul TFLOP/s": round(peak, 3)}
     tmp = Path(tempfile.mkdtemp())

@@ -152,13 +152,13 @@ def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "gpu_visible", lambda: False)
     monkeypatch.setattr(models, "cpu_bf16", lambda: True)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("bf16", "bf16")
-    assert peak_dtype("cpu") == "bfloat16"
+    assert peak_dtype("cpu", models.cpu_bf16()) == "bfloat16"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # bf16 by name on a bf16 CPU: no warning
         assert (resolve_backend("bf16"), resolve_precision("bf16")) == ("bf16", "bf16")
     monkeypatch.setattr(models, "cpu_bf16", lambda: False)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("torch", "fp32")
-    assert peak_dtype("cpu") == "float32" and peak_dtype("cuda") == "bfloat16"  # a utilisation's denominator
+    assert peak_dtype("cpu", models.cpu_bf16()) == "float32" and peak_dtype("cuda", False) == "bfloat16"  # MFU's denominator
     assert resolve_backend("onnx") == "onnx"
     for resolve, asked in ((resolve_backend, "backend=bf16"), (resolve_precision, "train.precision=bf16")):
         with pytest.warns(UserWarning, match=f"{asked} on a host without bf16 units"):  # emulated: slower than fp32
