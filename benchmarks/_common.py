@@ -42,6 +42,24 @@ def cpu() -> str:
     return f"{names[0] if names else platform.processor()} ({', '.join(cpu_bf16_units()) or 'no bf16 units'})"
 
 
+def peak_dtype(device: str) -> str:
+    """The dtype whose matmul is ``device``'s peak: bfloat16 on a GPU and on a CPU with bf16 units (AMX, AVX-512 BF16,
+    Arm BF16), float32 on a CPU without them. There a bf16 matmul is emulated: 0.0003 TFLOP/s against fp32's 0.12 on
+    an AVX2-only EPYC (2048², 2 threads), so its peak would take minutes to measure and put any utilisation in the
+    thousands of percent."""
+    from skillrouter import models
+
+    return "bfloat16" if device.startswith("cuda") or models.cpu_bf16() else "float32"
+
+
+def device_peak(device: str) -> tuple[str, float]:
+    """The denominator of every utilisation figure: (:func:`peak_dtype`, its matmul TFLOP/s measured now)."""
+    from skillrouter.throughput import matmul_peak
+
+    dtype = peak_dtype(device)
+    return dtype, matmul_peak(device, dtype)
+
+
 def render_markdown(payload: dict) -> str:
     rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in _rows(payload["figures"]))
     machine = payload["machine"] + (f", {payload['cpu']}" if payload.get("cpu") else "")

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, Timer, build_stage, pool_stage, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, Timer, build_stage, device_peak, pool_stage, write_figures  # noqa: E402
 from gpu_embed import compare_variants  # noqa: E402
 
 import torch  # noqa: E402
@@ -32,10 +32,9 @@ from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
 from skillrouter.fields import Caps, TextSpec, render_pool  # noqa: E402
-from skillrouter.models import cpu_bf16, device, resolve_model  # noqa: E402
+from skillrouter.models import device, resolve_model  # noqa: E402
 from skillrouter.retrieval.dense import BACKENDS, EncoderSpec  # noqa: E402
 from skillrouter.stages.retrieval import embed_pool, export_onnx  # noqa: E402
-from skillrouter.throughput import device_peak  # noqa: E402
 
 
 def main() -> None:
@@ -55,7 +54,7 @@ def main() -> None:
 
     with Timer() as plain:
         SentenceTransformer(resolve_model(spec.model), device="cpu").encode(texts, batch_size=spec.batch_size)
-    peak_kind, peak = device_peak(device(), cpu_bf16())
+    peak_kind, peak = device_peak(device())
     figures = {"texts": len(texts), "source": source.name, "threads": torch.get_num_threads(),
                f"peak_{peak_kind}_matmul_tflops": round(peak, 3),
                "plain_st_encode_s": plain.seconds, "plain_texts_per_s": round(len(texts) / plain.seconds, 1)}

@@ -7,7 +7,7 @@ trainings most of it). Whether that gap is overhead to remove or work the grid a
 every model stage's ``metrics.json`` record says how many tokens it ran, through how many passes, at how many FLOPs
 per token (``skillrouter/throughput.py``). Summed over the distinct stages of the committed sweeps (each stage once,
 by its cache key, as a cold run builds it) and divided by a matmul peak measured now on this machine (bf16; fp32 on a
-CPU without bf16 units: ``skillrouter.throughput.device_peak``), that is
+CPU without bf16 units: ``_common.device_peak``), that is
 the time the model work alone would take at 100 % of the chip: no padding, no tokenising, no data stages, no
 Python. A floor, not an estimate: the real run reaches a fraction of the peak (its utilisation, per stage kind).
 Run it on an otherwise idle machine: the peak is what this process reaches now. Figures go to
@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PERF, ROOT, write_figures  # noqa: E402
+from _common import PERF, ROOT, device_peak, write_figures  # noqa: E402
 
 GOALS_MIN = {"issue 45": 60, "issue 43": 40}
 
@@ -59,10 +59,7 @@ def main() -> None:
     stages = distinct_stages(args.runs)
     if not stages:
         sys.exit(f"no model stage records under {args.runs}: run `make report-demo` first")
-    from skillrouter.models import cpu_bf16
-    from skillrouter.throughput import device_peak
-
-    peak_kind, peak = device_peak("cpu", cpu_bf16())
+    peak_kind, peak = device_peak("cpu")
     kinds: dict[str, dict[str, float]] = defaultdict(lambda: {"stages": 0, "model_tflop": 0.0, "model_seconds": 0.0})
     for (kind, _), record in stages.items():
         work = record["throughput"]

@@ -32,14 +32,12 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, SHARED_DATA, write_figures  # noqa: E402
+from _common import ROOT, SHARED_DATA, device_peak, write_figures  # noqa: E402
 
 from skillrouter.data.builtin import generate  # noqa: E402
 from skillrouter.data.jsonl import atomic_write_jsonl, read_jsonl  # noqa: E402
 from skillrouter.data.loaders import ErrorPolicy, load_pool  # noqa: E402
 from skillrouter.data.types import LoadReport  # noqa: E402
-from skillrouter.models import cpu_bf16  # noqa: E402
-from skillrouter.throughput import device_peak  # noqa: E402
 
 WORK = ROOT / ".cache" / "bench" / "route_load"
 
@@ -79,7 +77,7 @@ def utilisation(throughput: dict | None, device: str) -> dict | str:
     that every cell shares used."""
     if not throughput:
         return "not recorded"
-    peak_kind, peak = device_peak(device, cpu_bf16())
+    peak_kind, peak = device_peak(device)
     return {**throughput, f"{peak_kind}_matmul_peak_tflops": round(peak, 3),
             "utilisation": round(throughput["model_tflops_per_s"] / peak, 3)}
 

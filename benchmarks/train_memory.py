@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PERF, ROOT, SHARED_DATA, write_figures  # noqa: E402
+from _common import PERF, ROOT, SHARED_DATA, device_peak, write_figures  # noqa: E402
 
 NEGATIVES, LIST_SIZE = 10, 8
 
@@ -120,11 +120,10 @@ def main() -> None:
         return
     import psutil
 
-    from skillrouter.models import cpu_bf16, device
-    from skillrouter.throughput import device_peak
+    from skillrouter.models import device
 
     memory_mb = psutil.virtual_memory().total / 2**20
-    peak_kind, peak = device_peak(device(), cpu_bf16())
+    peak_kind, peak = device_peak(device())
     figures: dict[str, object] = {"mini_batch": args.mini_batch, "max_tokens": args.max_tokens, "device": device(),
                                   "machine_memory_gb": round(memory_mb / 1024, 1), f"peak {peak_kind} matmul TFLOP/s": round(peak, 3)}
     tmp = Path(tempfile.mkdtemp())

@@ -5,8 +5,8 @@ Model FLOPs count the multiply-adds of the transformer's weight matrices and att
 tokens only: padding, recomputation and cached-gradient replays are work the hardware did that the model did not
 need, which is exactly the gap a utilisation figure exposes. A training step is three forward passes (the backward
 pass costs two). Utilisation (MFU) divides by a peak that the same process measures on the same device
-(:func:`device_peak`): a bf16 matmul, on the CPU as on a GPU, not a datasheet number; fp32 on a CPU without bf16 units,
-where bf16 is emulated far below the fp32 peak and would make any utilisation read in the thousands of percent.
+(:func:`matmul_peak`): a bf16 matmul, on the CPU as on a GPU, not a datasheet number; fp32 on a CPU without bf16 units,
+where bf16 is emulated far below the fp32 peak (the benchmarks' ``device_peak`` chooses).
 """
 from __future__ import annotations
 
@@ -155,16 +155,3 @@ def matmul_peak(device: str = "cpu", dtype: str = "bfloat16", size: int | None =
     sync()
     return 2 * size**3 * runs / (time.perf_counter() - t0) / 1e12
 
-
-def peak_dtype(device: str, cpu_bf16: bool) -> str:
-    """The dtype whose matmul is ``device``'s peak: bfloat16 on a GPU and on a CPU with bf16 units (``cpu_bf16``:
-    ``skillrouter.models.cpu_bf16()``, AMX, AVX-512 BF16, Arm BF16), float32 on a CPU without them. There a bf16 matmul
-    is emulated: 0.0003 TFLOP/s against fp32's 0.12 on an AVX2-only EPYC (2048², 2 threads), so its peak would take
-    minutes to measure and mean nothing."""
-    return "bfloat16" if device.startswith("cuda") or cpu_bf16 else "float32"
-
-
-def device_peak(device: str, cpu_bf16: bool) -> tuple[str, float]:
-    """The denominator of every utilisation figure: (:func:`peak_dtype`, its matmul TFLOP/s measured now)."""
-    dtype = peak_dtype(device, cpu_bf16)
-    return dtype, matmul_peak(device, dtype)

@@ -13,7 +13,7 @@ import pytest
 from skillrouter.batches import padded, token_budget_batches
 from skillrouter.models import build_tiny_qwen3, cpu_bf16, cpu_bf16_units, gpu_visible, resolve_backend, resolve_precision
 from skillrouter.retrieval.dense import EncoderSpec, encode, load_encoder
-from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops, peak_dtype
+from skillrouter.throughput import ModelFlops, Throughput, combined, model_flops
 
 from .conftest import ROOT, bf16_numbers, device_tolerance
 
@@ -149,16 +149,19 @@ def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     assert cpu_bf16_units(str(amx)) == ["amx_bf16", "avx512_bf16"] and cpu_bf16_units(str(plain)) == []
     from skillrouter import models
 
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _common import peak_dtype  # the benchmarks' utilisation denominator
+
     monkeypatch.setattr(models, "gpu_visible", lambda: False)
     monkeypatch.setattr(models, "cpu_bf16", lambda: True)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("bf16", "bf16")
-    assert peak_dtype("cpu", models.cpu_bf16()) == "bfloat16"
+    assert peak_dtype("cpu") == "bfloat16"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # bf16 by name on a bf16 CPU: no warning
         assert (resolve_backend("bf16"), resolve_precision("bf16")) == ("bf16", "bf16")
     monkeypatch.setattr(models, "cpu_bf16", lambda: False)
     assert (resolve_backend("auto"), resolve_precision("auto")) == ("torch", "fp32")
-    assert peak_dtype("cpu", models.cpu_bf16()) == "float32" and peak_dtype("cuda", False) == "bfloat16"  # MFU's denominator
+    assert peak_dtype("cpu") == "float32" and peak_dtype("cuda") == "bfloat16"  # MFU's denominator
     assert resolve_backend("onnx") == "onnx"
     for resolve, asked in ((resolve_backend, "backend=bf16"), (resolve_precision, "train.precision=bf16")):
         with pytest.warns(UserWarning, match=f"{asked} on a host without bf16 units"):  # emulated: slower than fp32
