@@ -29,17 +29,21 @@ def _rows(value, label: str = ""):
         yield label, value
 
 
-def cpu() -> str:
-    """The CPU's model and its bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed differs
-    by 2x, so a CPU figure names the one that made it."""
+def cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model, family and bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed
+    differs by 2x, so a CPU figure names the one that made it. A VM may name its CPU only "AMD EPYC": the family tells
+    Zen 4 (25) from Zen 5 (26), whose bf16 matmul peaks differ by 2x."""
     from skillrouter.models import cpu_bf16_units
 
     try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
+        fields = dict(line.split(":", 1) for line in Path(cpuinfo).read_text().split("\n\n")[0].splitlines()
+                      if ":" in line)
     except OSError:
-        names = []
-    return f"{names[0] if names else platform.processor()} ({', '.join(cpu_bf16_units()) or 'no bf16 units'})"
+        fields = {}
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    name = fields.get("model name") or platform.processor()
+    family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
+    return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"
 
 
 def peak_dtype(device: str) -> str:

@@ -150,7 +150,13 @@ def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     from skillrouter import models
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import peak_dtype  # the benchmarks' utilisation denominator
+    from _common import cpu, peak_dtype  # the benchmarks' CPU label and utilisation denominator
+
+    zen5 = tmp_path / "zen5"  # a VM names Zen 4 and Zen 5 alike; their bf16 peaks differ by 2x
+    zen5.write_text("processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+                    "flags\t\t: avx512f avx512_bf16\n\nprocessor\t: 1\ncpu family\t: 25\n")
+    assert cpu(str(zen5)) == "AMD EPYC (family 26 model 2; avx512_bf16)"
+    assert cpu(str(plain)).endswith(" (no bf16 units)")
 
     monkeypatch.setattr(models, "gpu_visible", lambda: False)
     monkeypatch.setattr(models, "cpu_bf16", lambda: True)
