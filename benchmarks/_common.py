@@ -36,11 +36,10 @@ def cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
     from skillrouter.models import cpu_bf16_units
 
     try:
-        fields = dict(line.split(":", 1) for line in Path(cpuinfo).read_text().split("\n\n")[0].splitlines()
-                      if ":" in line)
+        first = Path(cpuinfo).read_text().split("\n\n")[0]  # processor 0's block
     except OSError:
-        fields = {}
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
+        first = ""
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
     name = fields.get("model name") or platform.processor()
     family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
     return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"

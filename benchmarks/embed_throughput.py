@@ -1,8 +1,8 @@
 """Pool embedding throughput: a plain SentenceTransformer.encode of the rendered texts against our
 embed_pool stage with each backend (torch fp32, bf16 autocast, ONNX Runtime fp32, ONNX Runtime int8) cold, then warm
 from the stage cache, in one run, each with its tokens, padding and model-FLOPs utilisation against a matmul peak
-measured in the same run on the same device (bf16; fp32 on a CPU without bf16 units); then what each backend costs in retrieval quality on the built-in
-data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs. Last, a candidate not yet in the
+measured in the same run on the same device (bf16; fp32 on a CPU without bf16 units); then what each backend costs
+in retrieval quality on the built-in data (MiniLM, fields=all, Easy and Hard), so a user sees what the speed costs. Last, a candidate not yet in the
 encoder: its bf16 forward through ``torch.compile`` against the same encoder eager, on the same texts (``gpu_embed.py``'s
 variants, warm: the compile time apart).
 

@@ -16,7 +16,8 @@ Negatives are drawn from enough skills that a step's texts are nearly all distin
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
 ``--profile B``: one step of each kind at batch B under ``torch.profiler``, its top operators written to
 reports/perf/train_profile_<kind>.txt; ``--profile-mini-batch M`` profiles that step with cached gradients (a batch
-that does not fit uncached, as 64 does not in 24 GB of CPU memory). Figures: reports/perf/train_memory.* (``--name``: another name for both).
+that does not fit uncached, as 64 does not in 24 GB of CPU memory). Figures: reports/perf/train_memory.*
+(``--name``: another name for both).
 """
 from __future__ import annotations
 

@@ -154,4 +154,3 @@ def matmul_peak(device: str = "cpu", dtype: str = "bfloat16", size: int | None =
             sync()
     sync()
     return 2 * size**3 * runs / (time.perf_counter() - t0) / 1e12
-
