@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,6 +89,20 @@ class Timer:
 
     def __exit__(self, *exc):
         self.seconds = round(time.perf_counter() - self.t0, 3)
+
+
+def real_skills(n: int) -> tuple[list, str]:
+    """The first ``n`` real skills with a description (the shared sample; the built-in data where it is absent), read
+    lazily (the whole sample would weigh on a training benchmark's RSS), and the file's name."""
+    from skillrouter.data.builtin import generate
+    from skillrouter.data.jsonl import read_jsonl
+    from skillrouter.data.types import Skill
+
+    sample = SHARED_DATA / "skills-sample.jsonl.gz"
+    source = sample if sample.exists() else generate(Path(tempfile.mkdtemp()) / "builtin")["pool"]
+    records = (r for _, r in read_jsonl(source) if (r.get("description") or "").strip())
+    skills = [Skill(r["id"], r["name"], r["description"], r.get("body") or "") for r in itertools.islice(records, n)]
+    return skills, source.name
 
 
 def scaled_pool(src: Path, dst: Path, n: int) -> int:

@@ -7,7 +7,8 @@ and bf16 (autocast: ``train.precision``), on real skills.
 Encoder: MiniLM InfoNCE, each example = a query (a real skill's description) + its skill + 10 other real skills
 as negatives, every text rendered with fields=all (300/2,500 caps) and cut to --max-tokens. Reranker: the MiniLM
 cross-encoder, listwise, lists of 8 pairs (the skill + 7 others). Both as the trained presets run them (attention
-dropout 0: ``train.attention_dropout``). Each configuration runs two optimisation steps in its own process, so its
+dropout 0: ``train.attention_dropout``). Each configuration runs two optimisation steps in its own process (malloc
+keeping freed blocks, as a process that builds stages does: ``benchmarks/freed_memory.py``), so its
 peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's alone; s / step is the mean of the
 two steps' wall time (the training loop's own account: model loading and saving excluded), examples/s and
 utilisation (model FLOPs of the real tokens / the device's matmul peak measured in this run: bf16, fp32 on a CPU
@@ -22,7 +23,6 @@ that does not fit uncached, as 64 does not in 24 GB of CPU memory). Figures: rep
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import random
 import resource
@@ -32,29 +32,19 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PERF, ROOT, SHARED_DATA, device_peak, write_figures  # noqa: E402
+from _common import PERF, ROOT, device_peak, real_skills, write_figures  # noqa: E402
 
 NEGATIVES, LIST_SIZE = 10, 8
 
 
-def _skills(n: int):
-    """The first ``n`` real skills with a description, read lazily (the whole sample would weigh on the RSS)."""
-    from skillrouter.data.builtin import generate
-    from skillrouter.data.jsonl import read_jsonl
-    from skillrouter.data.types import Skill
-
-    sample = SHARED_DATA / "skills-sample.jsonl.gz"
-    source = sample if sample.exists() else generate(Path(tempfile.mkdtemp()) / "builtin")["pool"]
-    records = (r for _, r in read_jsonl(source) if (r.get("description") or "").strip())
-    skills = [Skill(r["id"], r["name"], r["description"], r.get("body") or "") for r in itertools.islice(records, n)]
-    return skills, source.name
-
-
 def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, precision: str, out: Path,
-            profile: Path | None = None) -> None:
-    """Two optimisation steps of ``kind`` training (in this process); figures to ``out`` (``profile``: one step
-    under ``torch.profiler`` instead, its operator table to that file)."""
+            profile: Path | None = None, steps: int = 2, keep_memory: bool = True) -> None:
+    """``steps`` optimisation steps of ``kind`` training (in this process); figures to ``out`` (``profile``: one
+    step under ``torch.profiler`` instead, its operator table to that file). ``keep_memory``: malloc keeps freed
+    blocks, as in every process that builds stages (:func:`skillrouter.models.keep_freed_memory`)."""
     import torch
+
+    from skillrouter.models import keep_freed_memory
 
     from skillrouter.fields import Caps, render_pool
     from skillrouter.retrieval.dense import EncoderSpec
@@ -64,8 +54,10 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, prec
     from skillrouter.data.pairs import TrainExample
     from skillrouter.train.reranker import CandidateList, train_reranker
 
-    steps = 1 if profile else 2
-    skills, source = _skills(max(steps * batch * (2 + NEGATIVES), 400))  # negatives rarely repeat
+    steps = 1 if profile else steps
+    if keep_memory:
+        keep_freed_memory()
+    skills, source = real_skills(max(steps * batch * (2 + NEGATIVES), 400))  # negatives rarely repeat
     texts = dict(zip([s.id for s in skills], render_pool(skills, "all", Caps(300, 2500))))
     ids, rng = list(texts), random.Random(0)
     work = Path(tempfile.mkdtemp())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -167,6 +169,36 @@ def test_a_worker_process_runs_closures_on_its_share_of_the_cores_in_the_callers
     assert started_later == ["http://127.0.0.1:9/v1"] * 2 and unset_again is None
 
 
+FAULTS_OF_A_BLOCK = """
+import resource, sys
+if sys.argv[1] == "builder":  # build a stage (the cheapest: the built-in data's generation)
+    from skillrouter.cache.store import StageCache
+    from skillrouter.pipeline.execute.build import Builder
+    from skillrouter.stages.data import builtin_data
+    Builder(StageCache(sys.argv[2]), progress=False).build(builtin_data({}))
+def faults():  # minor page faults of writing a 64 MB block, then freeing it (bytearray zero-fills every page)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = bytearray(64 << 20)
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()
+print(faults())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="keeping freed memory is a glibc malloc setting")
+def test_a_process_that_builds_stages_reuses_the_large_blocks_it_frees(tmp_path):
+    import subprocess
+
+    def second_block(kind: str) -> int:
+        return int(subprocess.run([sys.executable, "-c", FAULTS_OF_A_BLOCK, kind, str(tmp_path)], cwd=ROOT,
+                                  capture_output=True, text=True, check=True).stdout)
+
+    pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert second_block("plain") > 0.9 * pages  # glibc maps a block over 32 MB afresh: every page faults again
+    assert second_block("builder") < 0.05 * pages
+
+
 def test_an_override_that_counts_for_some_cells_is_not_a_noop(cells):
     graphs, overrides = cells([(f"reranker={r}", f"topk={k}") for r in ("none", "minilm_ce") for k in (3, 5)])
     plan = plan_grid(graphs, StageCache("/nonexistent"), overrides)
@@ -266,7 +298,6 @@ def test_planning_and_a_stage_job_start_without_the_training_libraries():
     libraries only a build needs (torch ~3 s, sentence-transformers ~4 s more) load when that build runs, so
     a BM25, mining or scoring job never loads them."""
     import subprocess
-    import sys
 
     heavy = ("torch", "sentence_transformers", "transformers", "peft", "sklearn", "faiss", "bm25s", "wandb")
     code = ("import sys, skillrouter.pipeline.plan, skillrouter.pipeline.execute.slurm; "

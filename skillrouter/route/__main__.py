@@ -98,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         except (CellNotBuilt, FileNotFoundError, ValueError) as exc:
             print(f"route: {exc}", file=sys.stderr)
             return 2
+        from ..models import keep_freed_memory
         from .router import Router  # torch and the models: after the cheap checks
 
+        keep_freed_memory()  # embedding a --skills pool at start-up page-faults less (as a stage-building process)
         router = Router(cell, args.skills)
     if args.command == "install":
         from .install import install

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from ... import events
 from ...cache.store import StageCache, StageRecord
+from ...models import keep_freed_memory
 from ...progress import stage_label
 from ...stages.graph import BuildContext, Stage
 from ..journal import StageJournal
@@ -67,6 +68,7 @@ class Builder:
         """Get or build ``stage`` (its inputs must be complete), journaled: ``running`` (unless another job
         is on it — this one waits for its lock — or has built it), then ``built``, or ``reused`` (never over
         another job's ``built``), or ``failed`` with the error (re-raised)."""
+        keep_freed_memory()  # once per process, wherever the builder was made or unpickled: model steps page-fault less
         if self.journal:
             self.journal.write(stage, "running", unless=lambda r: self._taken(stage, r), job_id=self.job_id,
                                pid=os.getpid(), **journal_info)
