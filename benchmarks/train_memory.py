@@ -44,9 +44,8 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, prec
     blocks, as in every process that builds stages (:func:`skillrouter.models.keep_freed_memory`)."""
     import torch
 
-    from skillrouter.models import keep_freed_memory
-
     from skillrouter.fields import Caps, render_pool
+    from skillrouter.models import keep_freed_memory
     from skillrouter.retrieval.dense import EncoderSpec
     from skillrouter.rerank.spec import RerankerSpec
     from skillrouter.train.config import EncoderLoss, TrainConfig
