@@ -59,9 +59,9 @@ def keep_freed_memory() -> bool:
     step's activations on real-length skills are such blocks (an encoder step's 192 texts x 256 tokens x 384 floats:
     75 MB, its FFN's four times that), so each step page-faults its working set back in. Four MiniLM encoder steps on
     2 cores took 10.9 s each with 12.6 s of kernel time and 5.7M page faults, and 9.3 s kept (1.17x), training the
-    same weights bit for bit (``benchmarks/freed_memory.py``; PyTorch aligns its blocks itself either way). The price: the
-    process's RSS stays near its peak, which a process that builds stages reaches anyway. Not glibc (macOS, musl):
-    nothing changes."""
+    same weights bit for bit (``benchmarks/freed_memory.py``; PyTorch aligns its blocks itself either way). The
+    price: the process's RSS stays near its peak, which a process that builds stages reaches anyway. Not glibc
+    (macOS, musl): nothing changes."""
     if platform.libc_ver()[0] != "glibc":
         return False
     mallopt = ctypes.CDLL(None).mallopt
