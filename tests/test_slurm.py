@@ -138,8 +138,19 @@ TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpo
 
 
 def _job_processes_gone(env, job: str) -> bool:
+    """No task of the job runs and no step daemon of it is left on the node. The daemons outlive the tasks
+    (a step's daemon retried the dead srun for 7 s under load): slurmd refuses to launch a job whose step
+    socket is still in its spool ("Job N already running, do not launch second copy"), drains the node
+    and holds the job, and a grid waiting on it would wait forever (a CI run timed out so)."""
     out = subprocess.run(["scontrol", "listpids", job], env=env, capture_output=True, text=True).stdout
-    return not [line for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+    if [line for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]:
+        return False
+    return not list(_slurmd_spool(env).glob(f"{_sinfo_node(env)}_{job}.*"))
+
+
+def _slurmd_spool(env) -> Path:
+    config = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True, check=True).stdout
+    return Path(re.search(r"^SlurmdSpoolDir\s*=\s*(\S+)", config, re.M).group(1))
 
 
 def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
