@@ -181,6 +181,22 @@ def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
     return None
 
 
+def _grid_output(env, proc: subprocess.Popen, timeout: float = 900) -> str:
+    """The grid's output once it ends. The node is back in service once the interrupted job has restarted, so a
+    node that drains again means SLURM stopped the grid's job (a refused launch holds it): fail at once, with
+    SLURM's reason, instead of waiting out the timeout on a job that will not run."""
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        if _node_state(env).startswith("drain"):
+            proc.kill()
+            reason = subprocess.run(["sinfo", "-h", "-o", "%E"], env=env, capture_output=True, text=True).stdout.strip()
+            jobs = [f"{j['JobId']} {j.get('JobState')} ({j.get('Reason')})" for j in _scontrol_jobs(env)
+                    if j["JobId"] in _queued(env)]
+            pytest.fail(f"the node drained under the restarted grid: {reason}; jobs: {jobs}")
+        time.sleep(1)
+    return proc.communicate(timeout=max(1.0, deadline - time.time()))[0]
+
+
 def _node_state(env) -> str:
     return subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout.strip().rstrip("*")
 
@@ -208,7 +224,7 @@ def test_preempted_training_cell_is_requeued_and_resumes(slurm_env, tmp_path):
     proc, ref = launch(slurm_env, tmp_path / "grid", tmp_path / "cache", *TRAIN, wait=False), _uninterrupted(slurm_env, tmp_path)
     requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache",
                                        lambda job: subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True))
-    out, _ = proc.communicate(timeout=900)
+    out = _grid_output(slurm_env, proc)
     assert requeued, "training never reached a checkpoint"
     assert proc.returncode == 0, out[-3000:]
     _resumed_equals_uninterrupted(tmp_path, ref)
@@ -230,7 +246,7 @@ def test_node_down_mid_cell_requeues_and_the_cell_finishes(slurm_env, tmp_path):
                        capture_output=True)
 
     requeued = _interrupt_mid_training(slurm_env, tmp_path / "cache", node_down)
-    out, _ = proc.communicate(timeout=900)
+    out = _grid_output(slurm_env, proc)
     assert requeued, "training never reached a checkpoint"
     assert proc.returncode == 0, out[-3000:]
     recovery = time.perf_counter() - t0
