@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -182,19 +183,26 @@ def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
 
 
 def _grid_output(env, proc: subprocess.Popen, timeout: float = 900) -> str:
-    """The grid's output once it ends. The node is back in service once the interrupted job has restarted, so a
-    node that drains again means SLURM stopped the grid's job (a refused launch holds it): fail at once, with
-    SLURM's reason, instead of waiting out the timeout on a job that will not run."""
+    """The grid's output once it ends (read as it comes, so a full pipe never stalls the grid). The node is back in
+    service once the interrupted job has restarted, so a node that drains again means SLURM stopped the grid's job
+    (a refused launch holds it): fail at once, with SLURM's reason, instead of waiting out the timeout on a job that
+    will not run."""
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.communicate()[0]), daemon=True)
+    reader.start()
     deadline = time.time() + timeout
-    while proc.poll() is None and time.time() < deadline:
+    while reader.is_alive() and time.time() < deadline:
         if _node_state(env).startswith("drain"):
             proc.kill()
             reason = subprocess.run(["sinfo", "-h", "-o", "%E"], env=env, capture_output=True, text=True).stdout.strip()
             jobs = [f"{j['JobId']} {j.get('JobState')} ({j.get('Reason')})" for j in _scontrol_jobs(env)
                     if j["JobId"] in _queued(env)]
             pytest.fail(f"the node drained under the restarted grid: {reason}; jobs: {jobs}")
-        time.sleep(1)
-    return proc.communicate(timeout=max(1.0, deadline - time.time()))[0]
+        reader.join(1)
+    if reader.is_alive():
+        proc.kill()
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return out[0]
 
 
 def _node_state(env) -> str:
