@@ -1,6 +1,7 @@
 """Grids on a real single-node SLURM cluster (scripts/slurm_cluster.sh), against the local launcher."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -135,23 +136,30 @@ def test_a_cold_start_drops_the_jobs_of_a_cluster_that_died(slurm_env, tmp_path)
     assert _queued(slurm_env) == []
 
 
-TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=2")
+# Every epoch trained (no early stopping), so the training outlasts SLURM's kill of an interrupted task, which came 5-7 s
+# after the requeue here (submitit ignores the SIGTERM before it): stopped after its first epoch, a quiet machine's
+# training finished and published its model in that window, and the restarted job had nothing to resume.
+TRAIN = ("encoder=trained", "encoder.train.batch_size=4", "encoder.train.checkpoint_every=2", "encoder.train.epochs=3",
+         "encoder.train.early_stopping=null")
 
 
-def _job_processes_gone(env, job: str) -> bool:
-    """No task of the job runs and no step daemon of it is left on the node. The daemons outlive the tasks
-    (a step's daemon retried the dead srun for 7 s under load): slurmd refuses to launch a job whose step
-    socket is still in its spool ("Job N already running, do not launch second copy"), drains the node
-    and holds the job, and a grid waiting on it would wait forever (a CI run timed out so)."""
+def _job_processes_gone(env, job: str, step_sockets: str) -> bool:
+    """No task of the job runs and no step daemon of it is left on the node (``step_sockets``: the glob of its
+    sockets in slurmd's spool, :func:`_step_sockets`). The daemons outlive the tasks (a step's daemon retried the
+    dead srun for 7 s under load): slurmd refuses to launch a job whose step socket is still in its spool ("Job N
+    already running, do not launch second copy"), drains the node and holds the job, and a grid waiting on it would
+    wait forever (a CI run timed out so)."""
     out = subprocess.run(["scontrol", "listpids", job], env=env, capture_output=True, text=True).stdout
     if [line for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]:
         return False
-    return not list(_slurmd_spool(env).glob(f"{_sinfo_node(env)}_{job}.*"))
+    return not glob.glob(step_sockets)
 
 
-def _slurmd_spool(env) -> Path:
+def _step_sockets(env, job: str) -> str:
+    """The glob of ``job``'s step sockets in slurmd's spool (``<node>_<job>.<step>``)."""
     config = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True, check=True).stdout
-    return Path(re.search(r"^SlurmdSpoolDir\s*=\s*(\S+)", config, re.M).group(1))
+    spool = re.search(r"^SlurmdSpoolDir\s*=\s*(\S+)", config, re.M).group(1)
+    return str(Path(spool) / f"{_sinfo_node(env)}_{job}.*")
 
 
 def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
@@ -164,10 +172,11 @@ def _interrupt_mid_training(env, cache: Path, interrupt) -> str | None:
         running = [j for j in _scontrol_jobs(env) if j.get("JobState") == "RUNNING"]
         if list(work_root.glob("*.work/step-*/state.json")) and running:
             job = running[0]["JobId"]
+            step_sockets = _step_sockets(env, job)
             interrupt(job)
             for _ in range(900):
                 info = next((j for j in _scontrol_jobs(env) if j["JobId"] == job), {})
-                if info.get("JobState") == "PENDING" and _job_processes_gone(env, job):
+                if info.get("JobState") == "PENDING" and _job_processes_gone(env, job, step_sockets):
                     if _node_state(env) not in ("idle", "mixed", "allocated"):
                         subprocess.run(["scontrol", "update", f"nodename={_sinfo_node(env)}", "state=resume"], env=env,
                                        capture_output=True)
