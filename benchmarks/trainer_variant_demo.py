@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,8 @@ def main() -> None:
         "tables": {table: {"variant": table_rows(tree / "reports", table),
                            "committed": table_rows(ROOT / "reports", table)} for table in TABLES},
     }
-    write_figures(args.name, figures, f"python benchmarks/trainer_variant_demo.py --name {args.name}")
+    command = f"python benchmarks/trainer_variant_demo.py --tree {os.path.relpath(tree, ROOT)} --name {args.name}"
+    write_figures(args.name, figures, command)
 
 
 if __name__ == "__main__":
