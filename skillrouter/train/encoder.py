@@ -15,7 +15,7 @@ from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import EarlyStopping, EncoderLoss, TrainConfig
 from .dev import EncoderDev
-from .loop import Trained, set_attention_dropout, set_seed, train, watching
+from .loop import Trained, prepare_for_training, set_seed, train, watching
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from ..data.pairs import TrainExample
 
@@ -64,7 +64,7 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
     set_seed(cfg.seed)
     model = load_encoder(spec).to(device())
     model.float()  # fp32 weights (autocast supplies bf16 where asked, and on CUDA)
-    set_attention_dropout(model, cfg.attention_dropout)
+    prepare_for_training(model, cfg)
     if cfg.lora:
         from peft import LoraConfig
 

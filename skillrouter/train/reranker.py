@@ -39,7 +39,7 @@ from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import EarlyStopping, TrainConfig
 from .dev import RerankerDev
-from .loop import Trained, set_attention_dropout, set_seed, train, watching
+from .loop import Trained, prepare_for_training, set_seed, train, watching
 from .losses import GradedListNetLoss, ListwiseLoss, MarginMSELoss, PointwiseLoss
 from ..data.pairs import TrainExample
 
@@ -220,7 +220,7 @@ def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: 
     lora = {"r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout} if cfg.lora else None
     scorer = PairScorer(spec, lora=lora)
     scorer.model.float()
-    set_attention_dropout(scorer, cfg.attention_dropout)
+    prepare_for_training(scorer, cfg)
     every = [*(pretrain.lists if pretrain else ()), *lists]
     scorer.warm(list(dict.fromkeys([b.query for b in every] + [skill_texts[c] for b in every for c in b.ids])))
     meter = Throughput(flops=model_flops(scorer), passes=3)
