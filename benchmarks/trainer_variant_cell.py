@@ -1,23 +1,23 @@
-"""One cell of the demo's loss sweep trained as the trainers train now and with the step changes
-``train_step_variants.py`` found fastest, each from a cold cache: what they would do to ``make report-demo``'s
-trainings and to a cell's numbers, before anyone changes the trainers.
+"""One cell of the demo's loss sweep trained as the trainers trained before the presets took the step changes
+``train_step_variants.py`` found fastest, and as the presets train now, each from a cold cache: what the change does to
+a cell's trainings and to its numbers.
 
     python benchmarks/trainer_variant_cell.py [--cell "launch.py's arguments"] [--name trainer_variant_cell]
 
 The cell (default ``-cd sweeps -cn loss_ablation encoder=trained reranker=trained loss=listwise tier=hard seed=0``:
-an encoder training, its mining, a reranker training with early stopping on the dev split, pair scoring) runs twice
-in fresh processes, each in its own new cache: once as the code stands, once with both trainings' hidden dropout at 0
-and the reranker training's attention eager (the encoder keeps SDPA: eager attention made its step 0.62x). The
-variant is applied by wrapping ``set_attention_dropout`` where the two trainers call it, so the code's fingerprint and
-the stages' keys stay the same both ways: hence a cache each. Figures per run: wall seconds, each
-training's seconds, tokens (steps and dev passes) and tokens/s, and the cell's Hit@1, MRR@10 and nDCG@10. One seed of
-one cell: a hint of what the numbers do, not a table. Figures: reports/perf/<name>.*
+an encoder training, its mining, a reranker training with early stopping on the dev split, pair scoring; it must train
+both models) runs twice in fresh processes, each in its own new cache, so each builds every stage: ``as trained`` with
+the checkpoint's hidden dropout in both trainings and the reranker's attention as loaded (``encoder.train.
+hidden_dropout=null reranker.train.hidden_dropout=null reranker.train.attention_implementation=null``), ``variant``
+with the presets' settings (both trainings without hidden dropout, the reranker's attention eager; the encoder keeps
+SDPA: eager attention made its step 0.62x). Figures per run: wall seconds, each training's seconds, tokens (steps and
+dev passes) and tokens/s, and the cell's Hit@1, MRR@10 and nDCG@10. One seed of one cell: a hint of what the numbers
+do, not a table. Figures: reports/perf/<name>.*
 """
 from __future__ import annotations
 
 import argparse
 import json
-import runpy
 import subprocess
 import sys
 import tempfile
@@ -30,41 +30,16 @@ from _common import ROOT, write_figures  # noqa: E402
 CELL = ("-cd", "sweeps", "-cn", "loss_ablation", "encoder=trained", "reranker=trained", "loss=listwise", "tier=hard",
         "seed=0")
 TRAININGS = ("train_encoder", "train_reranker")
-
-
-def launch_variant(argv: list[str]) -> None:
-    """``launch.py argv`` in this process, its trainings without hidden dropout and the reranker's with eager
-    attention."""
-    from torch import nn
-
-    from skillrouter.train import encoder, reranker
-
-    def without_dropout(set_attention_dropout):
-        def wrapped(module: nn.Module, p: float | None) -> None:
-            set_attention_dropout(module, p)
-            for sub in module.modules():
-                if isinstance(sub, nn.Dropout):
-                    sub.p = 0.0
-        return wrapped
-
-    def eager(set_dropout):
-        def wrapped(scorer, p: float | None) -> None:
-            set_dropout(scorer, p)
-            scorer.model.set_attn_implementation("eager")
-        return wrapped
-
-    encoder.set_attention_dropout = without_dropout(encoder.set_attention_dropout)
-    reranker.set_attention_dropout = eager(without_dropout(reranker.set_attention_dropout))
-    sys.argv = [str(ROOT / "launch.py"), *argv]
-    runpy.run_path(str(ROOT / "launch.py"), run_name="__main__")
+BEFORE = ("encoder.train.hidden_dropout=null", "reranker.train.hidden_dropout=null",
+          "reranker.train.attention_implementation=null")  # how both trainings trained before the presets' change
 
 
 def run_cell(variant: bool, overrides: list[str], work: Path) -> dict:
     """The cell in a fresh process and a new cache; its figures."""
     run_dir = work / ("variant" if variant else "as trained")
-    argv = [*overrides, f"cache_dir={work / 'cache' / run_dir.name}", f"hydra.run.dir={run_dir}", "progress=false",
-            "tracking=none"]
-    command = [sys.executable, __file__, "--launch-variant", *argv] if variant else [sys.executable, "launch.py", *argv]
+    argv = [*overrides, *(() if variant else BEFORE), f"cache_dir={work / 'cache' / run_dir.name}",
+            f"hydra.run.dir={run_dir}", "progress=false", "tracking=none"]
+    command = [sys.executable, "launch.py", *argv]
     t0 = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     wall = time.perf_counter() - t0
@@ -80,9 +55,6 @@ def run_cell(variant: bool, overrides: list[str], work: Path) -> dict:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--launch-variant"]:
-        launch_variant(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="trainer_variant_cell", help="figures to reports/perf/<name>.*")
     parser.add_argument("--cell", default=" ".join(CELL), help="the cell: launch.py's arguments")

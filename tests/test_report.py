@@ -113,6 +113,17 @@ def test_reranker_contribution_counts(grid):
     assert pd.isna(row["positives at top-1"])  # this run recorded no training positives
 
 
+def test_reranker_contribution_compares_with_the_pipelines_own_first_stage(grid):
+    """The baseline is the encoder-only run of the same first stage from the pipeline's own sweep: not an encoder
+    trained on generated pairs under the same choice (``synth``), nor another sweep's run of it."""
+    base, root = grid
+    other = root.parent
+    make_run(other / "h", "0", [1] * 10 + [0] * 10, encoder="minilm", tier="easy")
+    make_run(other / "s", "0", [1] * 6 + [0] * 14, encoder="minilm", tier="easy", synth="stub")
+    (row,) = reranker_contribution(collect([other], base), base).to_dict("records")
+    assert (row["fixed"], row["degraded"], row["net"]) == (2, 0, 2)  # against g/0 (18 of 20), not h/0 or s/0
+
+
 def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
     base, root = grid
     monkeypatch.chdir(base)

@@ -440,17 +440,26 @@ def _mark_significance(table: Table, chosen: dict[tuple[str, tuple], dict[str, p
 
 def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
     """Per pipeline (and tier, topk): queries the reranker fixed (encoder miss -> Hit@1), degraded (hit -> miss), and
-    the net change, against the encoder-only run with the same encoder, fields, tier, data and seed, averaged over the
-    seeds; and where a trained reranker put its training positives: their share of the reranked candidates and of its
-    top-1 picks (a reranker that learned which skills were positives puts them first far beyond their share)."""
+    the net change, averaged over the seeds, against the encoder-only run of the same first stage (data, generated
+    data, evaluator, encoder, fields, tier, FN filter, seed): the pipeline's own sweep's where it has one, else one of
+    the same split (whether its model left the dev split out), else any. Without ``synth`` in the match an encoder
+    trained on generated pairs (``synth_demo``) had stood in for the pipeline's own, and the table counted fixes
+    against a weaker model. Also where a trained reranker put its training positives: their share of the reranked
+    candidates and of its top-1 picks (a reranker that learned which skills were positives puts them first far
+    beyond their share)."""
     df = _with_labels(usable(runs))
-    base_keys = ["data", "encoder", "fields", "tier", "fn_filter", "seed"]
-    encoder_only = {tuple(r[k] for k in base_keys): r for _, r in df[df["reranker"] == "none"].iterrows()}
+    df = df.assign(synth=df["synth"].where(~unsynthesised(df), "none"))
+    base_keys = [k for k in ("data", "synth", "eval", "encoder", "fields", "tier", "fn_filter", "seed") if k in df]
+    encoder_only: dict[tuple, list[pd.Series]] = {}
+    for _, r in df[df["reranker"] == "none"].iterrows():
+        encoder_only.setdefault(tuple(r[base_keys].fillna("")), []).append(r)
     out = []
     for _, r in df[df["reranker"] != "none"].iterrows():
-        base = encoder_only.get(tuple(r[k] for k in base_keys))
-        if base is None:
+        candidates = encoder_only.get(tuple(r[base_keys].fillna("")), [])
+        if not candidates:
             continue
+        base = max(reversed(candidates), key=lambda c: (Path(c["run"]).parent == Path(r["run"]).parent,
+                                              c.get("split") == r.get("split")))
         a, b = per_query(run_root, r["run"]), per_query(run_root, base["run"])
         fixed = sum(1 for q in a if a[q]["hit@1"] > b.get(q, {}).get("hit@1", 0))
         degraded = sum(1 for q in a if a[q]["hit@1"] < b.get(q, {}).get("hit@1", 0))
