@@ -7,8 +7,7 @@ a cell's trainings and to its numbers.
 The cell (default ``-cd sweeps -cn loss_ablation encoder=trained reranker=trained loss=listwise tier=hard seed=0``:
 an encoder training, its mining, a reranker training with early stopping on the dev split, pair scoring; it must train
 both models) runs twice in fresh processes, each in its own new cache, so each builds every stage: ``as trained`` with
-the checkpoint's hidden dropout in both trainings and the reranker's attention as loaded (``encoder.train.
-hidden_dropout=null reranker.train.hidden_dropout=null reranker.train.attention_implementation=null``), ``variant``
+the checkpoint's hidden dropout in both trainings and the reranker's attention as loaded (:data:`BEFORE`), ``variant``
 with the presets' settings (both trainings without hidden dropout, the reranker's attention eager; the encoder keeps
 SDPA: eager attention made its step 0.62x). Figures per run: wall seconds, each training's seconds, tokens (steps and
 dev passes) and tokens/s, and the cell's Hit@1, MRR@10 and nDCG@10. One seed of one cell: a hint of what the numbers
