@@ -206,3 +206,18 @@ def test_trained_presets_take_their_rate_from_the_base(encoder_base, reranker_ba
     assert (cfg.encoder.train.epochs, cfg.reranker.train.epochs) == (3, 4)
     assert cfg.encoder.train.early_stopping.patience == cfg.reranker.train.early_stopping.patience == 1
     assert _cfg("encoder=trained", "encoder.train.lr=1e-3").encoder.train.lr == 1e-3
+
+
+@pytest.mark.parametrize(("reranker_base", "attention"), [
+    ("minilm_cosine", "eager"), ("minilm_ce", "eager"),             # MiniLM: eager is faster at its few hundred tokens
+    ("qwen3_rank_0.6b", None), ("skillrouter_rank_0.6b", None), ("skillcorpus_rank_0.6b", None),  # their own (SDPA)
+])
+def test_a_trained_reranker_trains_with_its_bases_attention(reranker_base, attention):
+    """reranker=trained's attention while training follows the base (train_attention): eager for MiniLM, where a CPU
+    step measured 1.22x faster; a Qwen3 base keeps its own SDPA/flash attention, since eager would hold every layer's
+    full attention matrices at 4,096 tokens. Neither training keeps hidden dropout; the encoder keeps its attention."""
+    cfg = _cfg("encoder=trained", "reranker=trained", f"reranker@reranker.base={reranker_base}")
+    assert cfg.reranker.train.attention_implementation == attention
+    assert cfg.reranker.train.hidden_dropout == cfg.encoder.train.hidden_dropout == 0.0
+    assert cfg.encoder.train.attention_implementation is None
+    assert _cfg("recipe=skillrouter").reranker.train.attention_implementation is None
