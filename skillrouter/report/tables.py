@@ -449,7 +449,7 @@ def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
     beyond their share)."""
     df = _with_labels(usable(runs))
     df = df.assign(synth=df["synth"].where(~unsynthesised(df), "none"))
-    base_keys = [k for k in ("data", "synth", "eval", "encoder", "fields", "tier", "fn_filter", "seed") if k in df]
+    base_keys = ["data", "synth", "eval", "encoder", "fields", "tier", "fn_filter", "seed"]  # every run has them
     encoder_only: dict[tuple, list[pd.Series]] = {}
     for _, r in df[df["reranker"] == "none"].iterrows():
         encoder_only.setdefault(tuple(r[base_keys].fillna("")), []).append(r)
@@ -458,8 +458,8 @@ def reranker_contribution(runs: pd.DataFrame, run_root: Path) -> pd.DataFrame:
         candidates = encoder_only.get(tuple(r[base_keys].fillna("")), [])
         if not candidates:
             continue
-        base = max(reversed(candidates), key=lambda c: (Path(c["run"]).parent == Path(r["run"]).parent,
-                                              c.get("split") == r.get("split")))
+        sweep = Path(r["run"]).parent
+        base = max(reversed(candidates), key=lambda c: (Path(c["run"]).parent == sweep, c["split"] == r["split"]))
         a, b = per_query(run_root, r["run"]), per_query(run_root, base["run"])
         fixed = sum(1 for q in a if a[q]["hit@1"] > b.get(q, {}).get("hit@1", 0))
         degraded = sum(1 for q in a if a[q]["hit@1"] < b.get(q, {}).get("hit@1", 0))
