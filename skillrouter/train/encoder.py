@@ -14,7 +14,7 @@ from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import EarlyStopping, EncoderLoss, TrainConfig
-from .dev import EncoderDev
+from .dev import EncoderDev, metered, training_figures
 from .loop import Trained, prepare_for_training, set_seed, train, watching
 from .losses import InfoNCELoss, MultiPositiveInfoNCELoss
 from ..data.pairs import TrainExample
@@ -110,12 +110,13 @@ def train_encoder(spec: EncoderSpec, examples: list[TrainExample], negatives: li
         n_queries = len(indices)
         return loss_of(torch.cat([embed(texts[:n_queries]), embed(texts[n_queries:])]))
 
-    watch = watching(dev, early, work_dir)
+    watched, dev_meter = metered(dev, meter.flops)
+    watch = watching(watched, early, work_dir)
     losses = train(model, len(rows), compute_loss, cfg, work_dir, desc="train encoder", backpropagates=caching,
                    terms=lambda: dict(getattr(loss_fn, "terms", {})), meter=meter, watch=watch)
     if is_main():
         model.save(str(out_dir))
-    return model, Trained(losses, watch.record(cfg.epochs) if watch else None, meter.record())
+    return model, Trained(losses, watch.record(cfg.epochs) if watch else None, training_figures(meter, dev_meter))
 
 
 def train_encoder_run(*args) -> Trained:

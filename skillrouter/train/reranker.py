@@ -38,7 +38,7 @@ from ..throughput import Throughput, model_flops
 from .data_parallel import is_main
 from .grad_cache import cached, cached_backward
 from .config import EarlyStopping, TrainConfig
-from .dev import RerankerDev
+from .dev import RerankerDev, metered, training_figures
 from .loop import Trained, prepare_for_training, set_seed, train, watching
 from .losses import GradedListNetLoss, ListwiseLoss, MarginMSELoss, PointwiseLoss
 from ..data.pairs import TrainExample
@@ -177,28 +177,6 @@ class Distillation:
 
 
 @dataclass(frozen=True)
-class OwnMeter:
-    """The dev split's passes on a meter of their own (one forward pass each, timed): the training's meter then holds
-    its steps alone, as its tokens/s and FLOPs per step claim. Scored on the training's meter, the dev pairs had
-    counted as three passes each with none of their time: a quarter of a built-in training's tokens."""
-
-    dev: RerankerDev
-    meter: Throughput
-
-    @property
-    def objective_name(self) -> str:
-        return self.dev.objective_name
-
-    def __call__(self, scorer: PairScorer) -> list[float]:
-        training, scorer.meter = scorer.meter, self.meter
-        try:
-            with self.meter.timed():
-                return self.dev(scorer)
-        finally:
-            scorer.meter = training
-
-
-@dataclass(frozen=True)
 class Pretraining:
     """``reranker.pretrain``: lists of pseudo-queries from the pool (:mod:`skillrouter.data.pseudo_queries`), trained on
     for ``epochs`` before the labelled lists (an optimiser and schedule of their own)."""
@@ -244,14 +222,14 @@ def train_reranker(spec: RerankerSpec, lists: list[CandidateList], skill_texts: 
 
     before = phase(list(pretrain.lists), replace(cfg, epochs=pretrain.epochs), work_dir / "pretrain",
                    "pre-train reranker (pseudo-queries)") if pretrain and pretrain.epochs and pretrain.lists else []
-    dev_meter = Throughput(flops=meter.flops, passes=1)
-    watch = watching(OwnMeter(dev, dev_meter) if dev is not None else None, early, work_dir)
+    watched, dev_meter = metered(dev, meter.flops)
+    watch = watching(watched, early, work_dir)
     losses = phase(lists, cfg, work_dir, f"train reranker ({loss['name']})", watch)
     scorer.meter = None
     if is_main():
         scorer.save(out_dir)
-    figures = {**meter.record(), **({"dev": dev_meter.record()} if dev_meter.sequences else {})}
-    return scorer, Trained(before + losses, watch.record(cfg.epochs) if watch else None, figures,
+    return scorer, Trained(before + losses, watch.record(cfg.epochs) if watch else None,
+                           training_figures(meter, dev_meter),
                            pretrain_steps=len(before))
 
 
