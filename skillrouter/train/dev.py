@@ -30,22 +30,16 @@ class RerankerDev:
     objective: Objective
     objective_name: str = "objective"
 
-    def __call__(self, scorer, meter: Throughput | None = None) -> list[float]:
-        """The objective per dev query; ``meter`` (when given) gets the pairs scored and the time, in place of the
-        scorer's own."""
-        if meter is None:
-            return self._objective(scorer)
+    def __call__(self, scorer, meter: Throughput) -> list[float]:
+        """The objective per dev query; ``meter`` gets the pairs scored and the time, in place of the scorer's own."""
+        heads = [r[:self.depth] for r in self.rankings]
         own, scorer.meter = scorer.meter, meter
         try:
             with meter.timed():
-                return self._objective(scorer)
+                scores = scorer.score([q for q, head in zip(self.queries, heads) for _ in head],
+                                      [self.texts[i] for head in heads for i in head])
         finally:
             scorer.meter = own
-
-    def _objective(self, scorer) -> list[float]:
-        heads = [r[:self.depth] for r in self.rankings]
-        scores = scorer.score([q for q, head in zip(self.queries, heads) for _ in head],
-                              [self.texts[i] for head in heads for i in head])
         ranked, offset = {}, 0
         for qid, ranking, head in zip(self.qids, self.rankings, heads):
             mine = scores[offset:offset + len(head)]
@@ -69,8 +63,8 @@ class EncoderDev:
     objective_name: str = "objective"
     bf16: bool = False
 
-    def __call__(self, model, meter: Throughput | None = None) -> list[float]:
-        """The objective per dev query; ``meter`` (when given) gets the pool's and the queries' tokens and time."""
+    def __call__(self, model, meter: Throughput) -> list[float]:
+        """The objective per dev query; ``meter`` gets the pool's and the queries' tokens and time."""
         docs = encode(model, list(self.pool_texts), self.batch_size, False, bf16=self.bf16, meter=meter)
         queries = encode(model, list(self.queries), self.batch_size, False, bf16=self.bf16, meter=meter)
         idx, _ = exact_top_k(docs, queries, self.depth)
