@@ -17,12 +17,14 @@ harbor:
 	bash scripts/harbor_env.sh .venv-harbor
 
 # torch first, pinned, by pip: an unpinned resolver would pull a multi-GB CUDA build (and uv does not look in pip's
-# find-links, where a machine may keep its CPU wheel). The rest by uv: the same 162 packages in 4.5 s where pip took 80
-# (reports/perf/setup.md); by pip where uv cannot reach the index (a mirror set in pip.conf, which uv does not read).
+# find-links, where a machine may keep its CPU wheel). The rest by uv, compiled as pip compiles (where
+# PYTHONDONTWRITEBYTECODE is set, as on CI's machine, an uncompiled venv compiles every module in every process: the
+# suite took 4 min longer): the same 162 packages in half pip's time (reports/perf/setup.md); by pip where uv cannot
+# reach the index (a mirror set in pip.conf, which uv does not read).
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' || $(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]' || $(BIN)/pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: setup

@@ -1,6 +1,7 @@
 """How long `make setup` and `make harbor` take to install the project's and Harbor's packages: pip, as they did, against
 uv, as they do, in one run, each into a fresh venv, each tool's cache warmed by an untimed install first (a machine
-that has set up once; both tools download what they lack). torch is installed by pip in both (uv does not look in
+that has set up once; both tools download what they lack), both compiling the modules to bytecode (pip does by
+default; uv is asked to: without it, where PYTHONDONTWRITEBYTECODE is set, every process compiles what it imports). torch is installed by pip in both (uv does not look in
 pip's find-links, where a machine may keep its CPU wheel) and timed apart. The two environments must hold the same
 packages at the same versions: a faster install of something else would be no speed-up.
 
@@ -53,7 +54,8 @@ def _install_both(python: str, requirements: list[str], scratch: Path, pre: list
             if tool == "pip":
                 seconds = _run(bin_dir / "pip", "install", "-q", *requirements)
             else:
-                seconds = _run(bin_dir / "uv", "pip", "install", "-q", "--python", bin_dir / "python", *requirements)
+                seconds = _run(bin_dir / "uv", "pip", "install", "-q", "--compile-bytecode", "--python", bin_dir / "python",
+                               *requirements)
             if run == "timed":
                 times[tool], times[f"{tool}: pip install {' '.join([*pre, 'uv'])}"] = seconds, pre_s
                 held[tool] = _packages(bin_dir)

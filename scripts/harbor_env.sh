@@ -22,6 +22,8 @@ if [ -z "$python" ]; then
 fi
 rm -rf "$VENV"
 "$python" -m venv "$VENV"
-"$VENV/bin/pip" install -q uv  # uv: its 120 packages in 4 s, pip 51 (reports/perf/setup.md); pip where uv cannot reach the index
-"$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${PINS[@]}" || "$VENV/bin/pip" install -q "${PINS[@]}"
+# uv, compiled as pip compiles (the Makefile says why), in a fraction of pip's time (reports/perf/setup.md); pip where uv
+# cannot reach the index
+"$VENV/bin/pip" install -q uv
+"$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${PINS[@]}" || "$VENV/bin/pip" install -q "${PINS[@]}"
 touch "$STAMP"
