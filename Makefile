@@ -19,7 +19,7 @@ harbor:
 # torch first, pinned, by pip: an unpinned resolver would pull a multi-GB CUDA build (and uv does not look in pip's
 # find-links, where a machine may keep its CPU wheel). The rest by uv, compiled as pip compiles (where
 # PYTHONDONTWRITEBYTECODE is set, as on CI's machine, an uncompiled venv compiles every module in every process: the
-# suite took 4 min longer): the same 162 packages in half pip's time (reports/perf/setup.md); by pip where uv cannot
+# suite took 4 min longer): the same 162 packages in 24 s where pip took 80 (reports/perf/setup.md); by pip where uv cannot
 # reach the index (a mirror set in pip.conf, which uv does not read).
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,7 +40,7 @@ demo-agents: setup system-deps harbor
 # The layers' import contracts (pyproject.toml), then the tests. Two workers, a test file per unit, in the order
 # tests/conftest.py sets (the SLURM tests, one cluster, first on one worker; then the longest files first).
 # Harbor is optional outside CI: without Python >= 3.12 its tests skip (with CI=true they fail). Its environment is
-# built beside ours (a pip install keeps one core busy: a fresh clone's CI run spent 108 s before pytest, from 137).
+# built beside ours (an install keeps one core busy): a fresh clone's CI run spent 51 s before pytest, 104 with pip.
 test:
 	bash scripts/harbor_env.sh .venv-harbor > .harbor-env.log 2>&1 & harbor=$$!; \
 	$(MAKE) setup system-deps || { wait $$harbor; exit 1; }; \
