@@ -19,8 +19,8 @@ harbor:
 # torch first, pinned, by pip: an unpinned resolver would pull a multi-GB CUDA build (and uv does not look in pip's
 # find-links, where a machine may keep its CPU wheel). The rest by uv, compiled as pip compiles (where
 # PYTHONDONTWRITEBYTECODE is set, as on CI's machine, an uncompiled venv compiles every module in every process: the
-# suite took 4 min longer): the same 162 packages in 24 s where pip took 80 (reports/perf/setup.md); by pip where uv cannot
-# reach the index (a mirror set in pip.conf, which uv does not read).
+# suite took 4 min longer): the same 162 packages in 24 s where pip took 80 (reports/perf/setup.md); by pip where uv
+# cannot reach the index (a mirror set in pip.conf, which uv does not read).
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 uv
