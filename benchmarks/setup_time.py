@@ -1,9 +1,10 @@
-"""How long `make setup` and `make harbor` take to install the project's and Harbor's packages: pip, as they did, against
-uv, as they do, in one run, each into a fresh venv, each tool's cache warmed by an untimed install first (a machine
-that has set up once; both tools download what they lack), both compiling the modules to bytecode (pip does by
-default; uv is asked to: without it, where PYTHONDONTWRITEBYTECODE is set, every process compiles what it imports). torch is installed by pip in both (uv does not look in
-pip's find-links, where a machine may keep its CPU wheel) and timed apart. The two environments must hold the same
-packages at the same versions: a faster install of something else would be no speed-up.
+"""How long `make setup` and `make harbor` take to install the project's and Harbor's packages: pip, as they did,
+against uv, as they do, in one run, each into a fresh venv, each tool's cache warmed by an untimed install first (a
+machine that has set up once; both tools download what they lack), both compiling the modules to bytecode (pip does
+by default; uv is asked to: without it, where PYTHONDONTWRITEBYTECODE is set, every process compiles what it
+imports). torch is installed by pip in both (uv does not look in pip's find-links, where a machine may keep its CPU
+wheel) and timed apart. The two environments must hold the same packages at the same versions: a faster install of
+something else would be no speed-up.
 
     python benchmarks/setup_time.py     # -> reports/perf/setup.{json,md}
 """
@@ -35,8 +36,8 @@ def _venv(python: str, path: Path) -> Path:
 
 def _packages(bin_dir: Path) -> dict[str, str]:
     """name -> version of what a venv holds (uv's listing: it reads any venv), the installers themselves left out."""
-    listing = subprocess.run([str(bin_dir / "uv"), "pip", "list", "--python", str(bin_dir / "python"), "--format", "freeze"],
-                             capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run([str(bin_dir / "uv"), "pip", "list", "--python", str(bin_dir / "python"),
+                              "--format", "freeze"], capture_output=True, text=True, check=True).stdout
     pairs = (line.split("==", 1) for line in listing.splitlines() if "==" in line)
     return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pairs
             if name.lower() not in {"pip", "uv", "setuptools"}}
@@ -54,8 +55,8 @@ def _install_both(python: str, requirements: list[str], scratch: Path, pre: list
             if tool == "pip":
                 seconds = _run(bin_dir / "pip", "install", "-q", *requirements)
             else:
-                seconds = _run(bin_dir / "uv", "pip", "install", "-q", "--compile-bytecode", "--python", bin_dir / "python",
-                               *requirements)
+                seconds = _run(bin_dir / "uv", "pip", "install", "-q", "--compile-bytecode",
+                               "--python", bin_dir / "python", *requirements)
             if run == "timed":
                 times[tool], times[f"{tool}: pip install {' '.join([*pre, 'uv'])}"] = seconds, pre_s
                 held[tool] = _packages(bin_dir)
@@ -71,7 +72,8 @@ def _harbor_python() -> tuple[str, list[str]]:
     script = (ROOT / "scripts" / "harbor_env.sh").read_text()
     pins = re.search(r"^PINS=\((.*)\)$", script, re.M).group(1).replace('"', "").split()
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["bash", str(ROOT / "scripts" / "harbor_env.sh"), f"{tmp}/v"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["bash", str(ROOT / "scripts" / "harbor_env.sh"), f"{tmp}/v"], check=True,
+                       stdout=subprocess.DEVNULL)
         base = subprocess.run([f"{tmp}/v/bin/python", "-c", "import sys; print(sys._base_executable)"],
                               capture_output=True, text=True, check=True).stdout.strip()
     return base, pins
@@ -80,7 +82,8 @@ def _harbor_python() -> tuple[str, list[str]]:
 def main() -> None:
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
-        figures["project (.[dev], after torch)"] = _install_both(sys.executable, ["-e", f"{ROOT}[dev]"], Path(tmp) / "p", [TORCH])
+        project = ["-e", f"{ROOT}[dev]"]
+        figures["project (.[dev], after torch)"] = _install_both(sys.executable, project, Path(tmp) / "p", [TORCH])
     python, pins = _harbor_python()
     with tempfile.TemporaryDirectory() as tmp:
         figures[f"Harbor ({' '.join(pins)})"] = _install_both(python, pins, Path(tmp) / "h", [])
