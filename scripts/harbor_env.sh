@@ -22,8 +22,9 @@ if [ -z "$python" ]; then
 fi
 rm -rf "$VENV"
 "$python" -m venv "$VENV"
-# uv, compiled as pip compiles (the Makefile says why), in a fraction of pip's time (reports/perf/setup.md); pip where uv
-# cannot reach the index
+# uv, compiled as pip compiles (the Makefile says why), in a fraction of pip's time (reports/perf/setup.md); pip
+# where uv cannot reach the index
 "$VENV/bin/pip" install -q uv
-"$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${PINS[@]}" || "$VENV/bin/pip" install -q "${PINS[@]}"
+"$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${PINS[@]}" \
+  || "$VENV/bin/pip" install -q "${PINS[@]}"
 touch "$STAMP"
