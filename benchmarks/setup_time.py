@@ -72,12 +72,9 @@ def _harbor_python() -> tuple[str, list[str]]:
     """The Python >= 3.12 and the pins `scripts/harbor_env.sh` uses (it finds the one, it declares the other)."""
     script = (ROOT / "scripts" / "harbor_env.sh").read_text()
     pins = re.search(r"^PINS=\((.*)\)$", script, re.M).group(1).replace('"', "").split()
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["bash", str(ROOT / "scripts" / "harbor_env.sh"), f"{tmp}/v"], check=True,
-                       stdout=subprocess.DEVNULL)
-        base = subprocess.run([f"{tmp}/v/bin/python", "-c", "import sys; print(sys._base_executable)"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    return base, pins
+    python = subprocess.run(["bash", str(ROOT / "scripts" / "harbor_env.sh"), "--print-python"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    return python, pins
 
 
 def main() -> None:
