@@ -22,7 +22,8 @@
 #           SDPA takes its flash kernel, a compiled forward, both) against our encoder, 1,024 texts each  (cap 240 s)
 #   embed   the 13.6K real sample embedded (tokens/s, utilisation against the same run's matmul peak, goal >= 35 %;
 #           80K projected, goal <= 6 min) against plain sentence-transformers on 200 of the texts      (cap 240 s)
-#   train   one encoder and one reranker training step at batch 64, then each profiled                   (cap 240 s)
+#   train   encoder and reranker training steps at batch 64 after a warm-up step timed apart, then one of each
+#           profiled by kernel time with the share of the step the GPU was busy                     (cap 240 s)
 # e.g. BENCH_ONLY="variants serve train" after a lease that measured embed. On a cluster node with the project installed:
 # bash benchmarks/gpu_check.sh (no kit needed).
 #
