@@ -14,19 +14,18 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import ROOT, write_figures  # noqa: E402
+from benchmarks._common import ROOT, Timer, write_figures  # noqa: E402
 
 TORCH = re.search(r"pip install -q (torch==\S+)", (ROOT / "Makefile").read_text()).group(1)  # the Makefile's pin
 
 
 def _run(*command: str | Path) -> float:
-    t0 = time.perf_counter()
-    subprocess.run([str(c) for c in command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return round(time.perf_counter() - t0, 1)
+    with Timer() as timer:
+        subprocess.run([str(c) for c in command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return round(timer.seconds, 1)
 
 
 def _venv(python: str, path: Path) -> Path:
@@ -85,8 +84,7 @@ def main() -> None:
     python, pins = _harbor_python()
     with tempfile.TemporaryDirectory() as tmp:
         figures[f"Harbor ({' '.join(pins)})"] = _install_both(python, pins, Path(tmp) / "h", [])
-    write_figures("setup", figures, "python benchmarks/setup_time.py")
-    print(figures)
+    write_figures("setup", figures, "python benchmarks/setup_time.py")  # prints them too
 
 
 if __name__ == "__main__":
