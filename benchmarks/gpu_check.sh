@@ -112,8 +112,10 @@ bench() {
 suite() {
   BUDGET=${SUITE_S:-330}
   local workers=$(( $(nproc) / 2 ))
-  budgeted "$BUDGET" "$PY" -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
-      -m "not slurm and not agents" -rfE --durations=15 tests/
+  # each failure's reason whole in the short summary (pytest cuts it at the terminal's width, 80 columns off a
+  # terminal: the H100's log read "- t..."), its traceback short, so the log and the call's output tail tell why
+  COLUMNS=300 budgeted "$BUDGET" "$PY" -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
+      -m "not slurm and not agents" -rfE --tb=short --durations=15 tests/
 }
 
 [ $# -gt 0 ] || set -- bench suite
