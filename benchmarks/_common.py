@@ -31,22 +31,6 @@ def _rows(value, label: str = ""):
         yield label, value
 
 
-def cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model, family and bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed
-    differs by 2x, so a CPU figure names the one that made it. A VM may name its CPU only "AMD EPYC": the family tells
-    Zen 4 (25) from Zen 5 (26), whose bf16 matmul peaks differ by 2x."""
-    from skillrouter.models import cpu_bf16_units
-
-    try:
-        first = Path(cpuinfo).read_text().split("\n\n")[0]  # processor 0's block
-    except OSError:
-        first = ""
-    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
-    name = fields.get("model name") or platform.processor()
-    family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
-    return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"
-
-
 def peak_dtype(device: str) -> str:
     """The dtype whose matmul is ``device``'s peak: bfloat16 on a GPU and on a CPU with bf16 units (AMX, AVX-512 BF16,
     Arm BF16), float32 on a CPU without them. There a bf16 matmul is emulated: 0.0003 TFLOP/s against fp32's 0.12 on
@@ -74,8 +58,10 @@ def render_markdown(payload: dict) -> str:
 
 def write_figures(name: str, figures: dict, command: str) -> None:
     """``reports/perf/<name>.json`` plus a one-table Markdown rendering of the same figures."""
+    from skillrouter.models import cpu_name
+
     PERF.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "command": command, "machine": platform.platform(), "cpu": cpu(),
+    payload = {"benchmark": name, "command": command, "machine": platform.platform(), "cpu": cpu_name(),
                "date": time.strftime("%Y-%m-%d"), "figures": figures}
     (PERF / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (PERF / f"{name}.md").write_text(render_markdown(payload))

@@ -95,6 +95,44 @@ def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(cpu_bf16_units(cpuinfo))
 
 
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model, family and bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed
+    differs by 2x, and rounds differently on AMX tiles than on AVX-512 BF16 dot products. A VM may name its CPU only
+    "AMD EPYC": the family tells Zen 4 (25) from Zen 5 (26), whose bf16 matmul peaks differ by 2x."""
+    try:
+        first = Path(cpuinfo).read_text().split("\n\n")[0]  # processor 0's block
+    except OSError:
+        first = ""
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    name = fields.get("model name") or platform.processor()
+    family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
+    return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"
+
+
+def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
+    """The model of each NVIDIA GPU the driver shows (its entry's ``Model:`` line), none where ``CUDA_VISIBLE_DEVICES``
+    hides them all: read without loading torch, as :func:`gpu_visible`."""
+    if not gpu_visible(gpus):
+        return []
+    names = []
+    for entry in sorted(Path(gpus).iterdir()):
+        try:
+            lines = (entry / "information").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        names.append(next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Model:")), "NVIDIA GPU"))
+    return names
+
+
+def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gpus") -> str:
+    """What a run's models ran on, for its provenance: the CPU (:func:`cpu_name`) and the GPUs shown to it, counted by
+    model. Matmul kernels round differently on other units (bf16 above all), so one seed trains other models there."""
+    counts: dict[str, int] = {}
+    for name in gpu_names(gpus):
+        counts[name] = counts.get(name, 0) + 1
+    return "; ".join([cpu_name(cpuinfo), *(f"{n} x {name}" for name, n in counts.items())])
+
+
 def gpu_visible(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
     """Whether this host shows its processes an NVIDIA GPU (the driver's entries, unless ``CUDA_VISIBLE_DEVICES`` hides
     them all), read without loading torch, as :func:`cpu_bf16` reads the CPU."""

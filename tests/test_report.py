@@ -133,6 +133,7 @@ def test_generate_is_byte_identical_and_complete(grid, monkeypatch):
     expected = {f"{name}.{ext}" for name in [*(t.name for t in TABLES), *PLAIN_TABLES] for ext in ("tex", "md", "csv")}
     assert expected | {"runs.csv", "index.md", "recall_at_k.png", "recall_at_k.pdf", "efficiency.md", "efficiency.tex"} == set(first)
     assert b"outputs/multirun/g/3" in first["index.md"]
+    assert b"Built on: not recorded (stages built before their cache entries named it) (5 runs)." in first["index.md"]
     assert all(f"- [{name}]({name})".encode() in first["index.md"] for name in first if name != "index.md")
 
 
@@ -529,6 +530,7 @@ def test_a_runs_csv_without_code_records_is_stale(tmp_path):
 def test_a_two_seed_grid_on_tiny_data_aggregates_its_trained_row_in_the_report_and_in_wandb(tmp_path, monkeypatch):
     import os
 
+    from skillrouter.models import hardware
     from skillrouter.tracking.offline import offline_runs, table
 
     sweep = tmp_path / "outputs" / "multirun" / "seeds"
@@ -543,6 +545,11 @@ def test_a_two_seed_grid_on_tiny_data_aggregates_its_trained_row_in_the_report_a
     csv = pd.read_csv(tmp_path / "reports" / "encoder_results.csv", index_col=0)
     assert csv.loc["trained", "n_seeds"] == 2 and csv.loc["minilm", "n_seeds"] == 2
     assert not pd.isna(csv.loc["trained", "easy/hit@1 sd"]) and csv.loc["minilm", "easy/hit@1 sd"] == 0.0
+    built_on = hardware()  # each stage's cache entry names it, the cell's metrics.json and the report show it
+    stages = [s for f in sweep.glob("*/metrics.json") for s in json.loads(f.read_text())["stages"].values()]
+    assert {s.get("hardware") for s in stages if s["key"] != "-"} == {built_on}
+    assert set(pd.read_csv(tmp_path / "reports" / "runs.csv")["hardware"]) == {built_on}
+    assert f"Built on: {built_on} (4 runs)." in (tmp_path / "reports" / "index.md").read_text()
     (grid,) = [r for r in offline_runs(sweep / "grid") if r.job_type == "grid"]
     seeds = table(grid, "cells_over_seeds")
     rows = {r[seeds["columns"].index("encoder")]: r for r in seeds["data"]}

@@ -150,13 +150,13 @@ def test_auto_backends_follow_the_cpu_flags(tmp_path, monkeypatch):
     from skillrouter import models
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import cpu, peak_dtype  # the benchmarks' CPU label and utilisation denominator
+    from _common import peak_dtype  # the benchmarks' utilisation denominator
 
     zen5 = tmp_path / "zen5"  # a VM names Zen 4 and Zen 5 alike; their bf16 peaks differ by 2x
     zen5.write_text("processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
                     "flags\t\t: avx512f avx512_bf16\n\nprocessor\t: 1\ncpu family\t: 25\n")
-    assert cpu(str(zen5)) == "AMD EPYC (family 26 model 2; avx512_bf16)"
-    assert cpu(str(plain)).endswith(" (no bf16 units)")
+    assert models.cpu_name(str(zen5)) == "AMD EPYC (family 26 model 2; avx512_bf16)"  # benchmarks and runs name it
+    assert models.cpu_name(str(plain)).endswith(" (no bf16 units)")
 
     monkeypatch.setattr(models, "gpu_visible", lambda: False)
     monkeypatch.setattr(models, "cpu_bf16", lambda: True)
@@ -189,6 +189,26 @@ def test_a_gpu_counts_where_the_driver_shows_one_and_cuda_visible_devices_does_n
         assert not gpu_visible(str(driver))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert gpu_visible(str(driver))
+
+
+def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monkeypatch):
+    """What a cache entry records as its hardware: the CPU, then the driver's GPUs counted by model (an entry whose
+    information the driver withholds still counts, as an unnamed NVIDIA GPU); the CPU alone where none is shown."""
+    from skillrouter.models import gpu_names, hardware
+
+    cpuinfo, driver = tmp_path / "cpuinfo", tmp_path / "gpus"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nflags\t\t: avx512_bf16\n")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert hardware(str(cpuinfo), str(driver)) == "AMD EPYC (family 25 model 17; avx512_bf16)"
+    for bus in ("0000:18:00.0", "0000:2a:00.0"):
+        (driver / bus).mkdir(parents=True)
+        (driver / bus / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\n")
+    (driver / "0000:3b:00.0").mkdir()
+    assert gpu_names(str(driver)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA GPU"]
+    assert hardware(str(cpuinfo), str(driver)) == \
+        "AMD EPYC (family 25 model 17; avx512_bf16); 2 x NVIDIA H100 80GB HBM3; 1 x NVIDIA GPU"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_names(str(driver)) == []
 
 
 def test_the_demos_floor_counts_each_stage_once_its_steps_three_passes_and_its_dev_passes_one(tmp_path):

@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .. import __version__
 from ..data.jsonl import atomic_write_json
+from ..models import hardware
 from .integrity import MANIFEST, WRITE_ERRNOS, StageWriteError, entry_problem, fault_point, file_sha256, file_table
 from .locks import FileLock
 
@@ -223,7 +224,8 @@ class StageCache:
             extra = build(tmp) or {}
             fault_point("tmp_partial", stage)
             manifest = {"stage": stage, "key": key, **fields, "build_seconds": round(time.perf_counter() - t0, 3),
-                        "created": time.time(), "host": socket.gethostname(), **extra, "files": file_table(tmp)}
+                        "created": time.time(), "host": socket.gethostname(), "hardware": hardware(), **extra,
+                        "files": file_table(tmp)}
             atomic_write_json(tmp / MANIFEST, manifest)
             (tmp / ".verified").touch()  # its hashes were just computed: the next hashing is due after the age
             fault_point("tmp_complete", stage)

@@ -166,16 +166,17 @@ class CellRun:
     def stage_records(self) -> dict[str, dict[str, Any]]:
         """Per stage name: its key, whether this cell reused it, and the seconds it took. A stage the grid
         built counts as built by the first cell that uses it, and as reused by the others. A stage the cell did
-        not need (a stage downstream of it was in the cache) says so, and whether its entry is in the cache. A model
-        stage adds what its build computed (``throughput``: tokens, padding, tokens/s, FLOPs per token)."""
-        return {name: {**self._record(stage), **code_record(stage), **self._throughput(stage)}
+        not need (a stage downstream of it was in the cache) says so, and whether its entry is in the cache. A stage
+        in the cache adds the hardware it was built on, and a model stage what its build computed (``throughput``:
+        tokens, padding, tokens/s, FLOPs per token)."""
+        return {name: {**self._record(stage), **code_record(stage), **self._from_manifest(stage)}
                 for name, stage in self.graph.named.items()}
 
-    def _throughput(self, stage: Stage) -> dict[str, Any]:
+    def _from_manifest(self, stage: Stage) -> dict[str, Any]:
         if not self.cache.is_complete(stage.kind, stage.key):
             return {}
-        figures = self.cache.manifest(stage.kind, stage.key).get("throughput")
-        return {"throughput": figures} if figures else {}
+        manifest = self.cache.manifest(stage.kind, stage.key)
+        return {k: manifest[k] for k in ("hardware", "throughput") if manifest.get(k)}
 
     def _record(self, stage: Stage) -> dict[str, Any]:
         own = self.builder.records.get(stage.key)  # what this cell got or built itself

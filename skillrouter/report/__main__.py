@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..data.jsonl import atomic_write_text
 from .attention import write_attention, yes_no_reranker
@@ -33,9 +34,25 @@ from .synth import synth_table
 from .tables import TABLES, build_table, reranker_contribution
 from .tuning import NOTES as TUNING_NOTES, tuning_figure, tuning_table
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 SYNTHETIC_DATA = ("builtin", "tiny")
 ATTENTION_PAIRS = 64
+
+
+def hardware_line(runs: pd.DataFrame) -> str:
+    """Which hardware built the runs' stages, with how many runs each: a table's ± is the spread over seeds on its
+    hardware, and the same code and seeds train other models on other matmul units (bf16 rounds differently on AMX
+    tiles than on AVX-512 BF16 units: README, "Reproducing the tables")."""
+    if not len(runs):
+        return "Built on: no runs."
+    unknown = "not recorded (stages built before their cache entries named it)"
+    built_on = runs["hardware"].fillna(unknown) if "hardware" in runs else [unknown] * len(runs)
+    counts = Counter(built_on)
+    return ("Built on: " + "; ".join(f"{hw} ({counts[hw]} runs)" for hw in sorted(counts)) + ". A table's ± is the "
+            "spread over seeds on that hardware: the same code and seeds train other models on other matmul units.")
 
 
 def generate(run_roots: list[Path], out: Path, significance: bool = False, data: str = "builtin",
@@ -65,6 +82,7 @@ def generate(run_roots: list[Path], out: Path, significance: bool = False, data:
     if data in SYNTHETIC_DATA:
         index += ["The built-in data is a small synthetic format demo: these figures show the tables' format and the "
                   "pipeline's plumbing, not model quality.", ""]
+    index += [hardware_line(runs), ""]
     for spec in TABLES:
         table = build_table(spec, on_data, base, with_significance=significance)
         write(f"{spec.name}.tex", to_latex(table))

@@ -67,6 +67,7 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     positives = data.get("training_positives") or {}
     row.update(tp_candidate_share=positives.get("candidate_share"), tp_top1_share=positives.get("top1_share"))
     row["code"] = code_column(data.get("stages", {}))
+    row["hardware"] = hardware_column(data.get("stages", {}))
     split = data.get("split") or {}
     row["split"] = ("dev" if split.get("scored") == "dev" else TEST_SPLITS[1] if "dev" in split else TEST_SPLITS[0])
     row["study"] = in_study(run_dir)
@@ -76,6 +77,14 @@ def _row(run_dir: Path, root: Path | None) -> dict[str, Any]:
     row.update({f"success/{c['label']}": c["success"] for c in down.get("conditions", [])})
     row.update({f"uplift/{label}": v for label, v in (down.get("uplift_recovered") or {}).items()})
     return row
+
+
+def hardware_column(stages: dict[str, dict[str, Any]]) -> str | None:
+    """Where a run's stages were built (each stage's cache entry records it), the distinct ones joined by " | " (a grid
+    dispatched by stage builds its models on GPU nodes and its data on CPU ones); None for runs from before entries
+    recorded it."""
+    built_on = sorted({rec["hardware"] for rec in stages.values() if rec.get("hardware")})
+    return " | ".join(built_on) or None
 
 
 def in_study(run_dir: Path) -> bool:
