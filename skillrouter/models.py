@@ -125,8 +125,8 @@ def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
 
 
 def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gpus") -> str:
-    """What a run's models ran on, for its provenance: the CPU (:func:`cpu_name`) and the GPUs shown to it, counted by
-    model. Matmul kernels round differently on other units (bf16 above all), so one seed trains other models there."""
+    """What a stage was built on, for its cache entry's manifest: the CPU (:func:`cpu_name`) and the GPUs shown to it,
+    counted by model. Matmul kernels round differently on other units (bf16 above all): one seed trains other models."""
     counts: dict[str, int] = {}
     for name in gpu_names(gpus):
         counts[name] = counts.get(name, 0) + 1

@@ -45,7 +45,7 @@ ATTENTION_PAIRS = 64
 def hardware_line(runs: pd.DataFrame) -> str:
     """Which hardware built the runs' stages, with how many runs each: a table's ± is the spread over seeds on its
     hardware, and the same code and seeds train other models on other matmul units (bf16 rounds differently on AMX
-    tiles than on AVX-512 BF16 units: README, "Reproducing the tables")."""
+    tiles than on AVX-512 BF16 units: README, "Which CPU made the tables")."""
     if not len(runs):
         return "Built on: no runs."
     unknown = "not recorded (stages built before their cache entries named it)"
