@@ -1,5 +1,6 @@
 """How far the committed tables move when the same code regenerates them on other hardware: the checkout's
-``reports/`` against ``--other``, the ``reports/`` of a ``make report-demo`` run elsewhere (a clone on another CPU kind).
+``reports/`` against ``--other``, the ``reports/`` of a ``make report-demo`` run elsewhere (a clone on another CPU
+kind).
 
     python benchmarks/tables_across_machines.py --other /path/to/clone/reports --name tables_amx_vs_zen5
 
@@ -57,9 +58,11 @@ def main() -> None:
     parser.add_argument("--ours", type=Path, default=ROOT / "reports")
     parser.add_argument("--name", default="tables_across_machines")
     args = parser.parse_args()
-    figures = {"runs": runs_moved(pd.read_csv(args.ours / "runs.csv"), pd.read_csv(args.other / "runs.csv")),
-               "tables": {name: table_moved(pd.read_csv(args.ours / f"{name}.csv"), pd.read_csv(args.other / f"{name}.csv"))
-                          for name in SEED_TABLES if (args.other / f"{name}.csv").exists()}}
+    def both(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return pd.read_csv(args.ours / f"{name}.csv"), pd.read_csv(args.other / f"{name}.csv")
+
+    figures = {"runs": runs_moved(*both("runs")),
+               "tables": {name: table_moved(*both(name)) for name in SEED_TABLES if (args.other / f"{name}.csv").exists()}}
     write_figures(args.name, figures, "python benchmarks/tables_across_machines.py " + " ".join(sys.argv[1:]))
 
 

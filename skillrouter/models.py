@@ -103,7 +103,8 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
         first = Path(cpuinfo).read_text().split("\n\n")[0]  # processor 0's block
     except OSError:
         first = ""
-    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in pairs}
     name = fields.get("model name") or platform.processor()
     family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
     return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"

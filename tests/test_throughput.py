@@ -197,7 +197,8 @@ def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monk
     from skillrouter.models import gpu_names, hardware
 
     cpuinfo, driver = tmp_path / "cpuinfo", tmp_path / "gpus"
-    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nflags\t\t: avx512_bf16\n")
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+                       "flags\t\t: avx512_bf16\n")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert hardware(str(cpuinfo), str(driver)) == "AMD EPYC (family 25 model 17; avx512_bf16)"
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
