@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--ours", type=Path, default=ROOT / "reports")
     parser.add_argument("--name", default="tables_across_machines")
     args = parser.parse_args()
+
     def both(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.read_csv(args.ours / f"{name}.csv"), pd.read_csv(args.other / f"{name}.csv")
 

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 
@@ -128,10 +129,7 @@ def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
 def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gpus") -> str:
     """What a stage was built on, for its cache entry's manifest: the CPU (:func:`cpu_name`) and the GPUs shown to it,
     counted by model. Matmul kernels round differently on other units (bf16 above all): one seed trains other models."""
-    counts: dict[str, int] = {}
-    for name in gpu_names(gpus):
-        counts[name] = counts.get(name, 0) + 1
-    return "; ".join([cpu_name(cpuinfo), *(f"{n} x {name}" for name, n in counts.items())])
+    return "; ".join([cpu_name(cpuinfo), *(f"{n} x {name}" for name, n in Counter(gpu_names(gpus)).items())])
 
 
 def gpu_visible(gpus: str = "/proc/driver/nvidia/gpus") -> bool:

@@ -49,8 +49,7 @@ def hardware_line(runs: pd.DataFrame) -> str:
     if not len(runs):
         return "Built on: no runs."
     unknown = "not recorded (stages built before their cache entries named it)"
-    built_on = runs["hardware"].fillna(unknown) if "hardware" in runs else [unknown] * len(runs)
-    counts = Counter(built_on)
+    counts = Counter(runs["hardware"].fillna(unknown))  # every collected row has the column
     return ("Built on: " + "; ".join(f"{hw} ({counts[hw]} runs)" for hw in sorted(counts)) + ". A table's ± is the "
             "spread over seeds on that hardware: the same code and seeds train other models on other matmul units.")
 
