@@ -100,30 +100,37 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model, family and bf16 units (AMX, AVX-512 BF16): the same kernel runs on CPUs whose bf16 speed
     differs by 2x, and rounds differently on AMX tiles than on AVX-512 BF16 dot products. A VM may name its CPU only
     "AMD EPYC": the family tells Zen 4 (25) from Zen 5 (26), whose bf16 matmul peaks differ by 2x."""
-    try:
-        first = Path(cpuinfo).read_text().split("\n\n")[0]  # processor 0's block
-    except OSError:
-        first = ""
-    pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in pairs}
+    fields = _proc_fields(Path(cpuinfo))  # processor 0's block
     name = fields.get("model name") or platform.processor()
     family = f"family {fields['cpu family']} model {fields['model']}; " if "cpu family" in fields else ""
     return f"{name} ({family}{', '.join(cpu_bf16_units(cpuinfo)) or 'no bf16 units'})"
 
 
+def _proc_fields(path: Path) -> dict[str, str]:
+    """The ``key: value`` lines of a /proc text's first block (/proc/cpuinfo's processor 0; a GPU's driver entry);
+    empty where it cannot be read."""
+    try:
+        first = path.read_text(errors="replace").split("\n\n")[0]
+    except OSError:
+        return {}
+    pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
-    """The model of each NVIDIA GPU the driver shows (its entry's ``Model:`` line), none where ``CUDA_VISIBLE_DEVICES``
-    hides them all: read without loading torch, as :func:`gpu_visible`."""
+    """The model of each NVIDIA GPU shown to this process (its driver entry's ``Model:`` line), read without loading
+    torch, as :func:`gpu_visible`. ``CUDA_VISIBLE_DEVICES`` picks the process's own (a SLURM job given one GPU of a
+    node's eight sees all eight in /proc) by index, in the driver's bus order (CUDA's order where
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and the same names on a node of one model), or by ``GPU UUID``; where it names
+    none of them (MIG instances), every GPU; none where it hides them all."""
     if not gpu_visible(gpus):
         return []
-    names = []
-    for entry in sorted(Path(gpus).iterdir()):
-        try:
-            lines = (entry / "information").read_text(errors="replace").splitlines()
-        except OSError:
-            lines = []
-        names.append(next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Model:")), "NVIDIA GPU"))
-    return names
+    entries = [_proc_fields(entry / "information") for entry in sorted(Path(gpus).iterdir())]
+    by_uuid = {fields["GPU UUID"]: fields for fields in entries if "GPU UUID" in fields}
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    picked = [entries[int(d)] if d.isdigit() else by_uuid[d] for d in listed
+              if (d.isdigit() and int(d) < len(entries)) or d in by_uuid]
+    return [fields.get("Model", "NVIDIA GPU") for fields in picked or entries]
 
 
 def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gpus") -> str:

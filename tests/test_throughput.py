@@ -193,7 +193,8 @@ def test_a_gpu_counts_where_the_driver_shows_one_and_cuda_visible_devices_does_n
 
 def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monkeypatch):
     """What a cache entry records as its hardware: the CPU, then the driver's GPUs counted by model (an entry whose
-    information the driver withholds still counts, as an unnamed NVIDIA GPU); the CPU alone where none is shown."""
+    information the driver withholds still counts, as an unnamed NVIDIA GPU); the CPU alone where none is shown; the
+    process's own GPUs where CUDA_VISIBLE_DEVICES lists them by index or UUID (a SLURM job's share of a node)."""
     from skillrouter.models import gpu_names, hardware
 
     cpuinfo, driver = tmp_path / "cpuinfo", tmp_path / "gpus"
@@ -203,11 +204,17 @@ def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monk
     assert hardware(str(cpuinfo), str(driver)) == "AMD EPYC (family 25 model 17; avx512_bf16)"
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
         (driver / bus).mkdir(parents=True)
-        (driver / bus / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\n")
+        (driver / bus / "information").write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\n"
+                                                  f"GPU UUID: \t GPU-{bus[5:7]}\n")
     (driver / "0000:3b:00.0").mkdir()
     assert gpu_names(str(driver)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA GPU"]
     assert hardware(str(cpuinfo), str(driver)) == \
         "AMD EPYC (family 25 model 17; avx512_bf16); 2 x NVIDIA H100 80GB HBM3; 1 x NVIDIA GPU"
+    h100 = "NVIDIA H100 80GB HBM3"
+    for listed, shown in (("2", ["NVIDIA GPU"]), ("GPU-2a", [h100]), ("0, GPU-2a", [h100, h100]),
+                          ("MIG-5c", [h100, h100, "NVIDIA GPU"])):  # MIG instances: every GPU
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+        assert gpu_names(str(driver)) == shown, listed
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpu_names(str(driver)) == []
 
