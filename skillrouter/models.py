@@ -11,6 +11,7 @@ import functools
 import importlib
 import os
 import platform
+import re
 import sys
 import warnings
 from collections import Counter
@@ -119,18 +120,37 @@ def _proc_fields(path: Path) -> dict[str, str]:
 
 def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
     """The model of each NVIDIA GPU shown to this process (its driver entry's ``Model:`` line), read without loading
-    torch, as :func:`gpu_visible`. ``CUDA_VISIBLE_DEVICES`` picks the process's own (a SLURM job given one GPU of a
-    node's eight sees all eight in /proc) by index, in the driver's bus order (CUDA's order where
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and the same names on a node of one model), or by ``GPU UUID``; where it names
-    none of them (MIG instances), every GPU; none where it hides them all."""
-    if not gpu_visible(gpus):
-        return []
-    entries = [_proc_fields(entry / "information") for entry in sorted(Path(gpus).iterdir())]
-    by_uuid = {fields["GPU UUID"]: fields for fields in entries if "GPU UUID" in fields}
-    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
-    picked = [entries[int(d)] if d.isdigit() else by_uuid[d] for d in listed
-              if (d.isdigit() and int(d) < len(entries)) or d in by_uuid]
-    return [fields.get("Model", "NVIDIA GPU") for fields in picked or entries]
+    torch. ``CUDA_VISIBLE_DEVICES`` picks the process's own (a SLURM job given one GPU of a node's eight sees all
+    eight in /proc) as CUDA reads it (and ``torch.cuda._parse_visible_devices``): indices in the driver's bus order
+    (CUDA's where ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; on a node of one model the names are the same either way), or
+    ``GPU UUID`` prefixes that name one GPU each; the list ends at its first item that names no GPU (SLURM's
+    ``NoDevFiles``, ``-1``, an index past the node's GPUs), and a GPU listed twice leaves none. MIG instances name no
+    driver entry: every GPU."""
+    root = Path(gpus)
+    entries = [_proc_fields(entry / "information") for entry in sorted(root.iterdir())] if root.is_dir() else []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None and not listed.startswith("MIG-"):
+        entries = [entries[i] for i in _listed_gpus(listed, entries)]
+    return [fields.get("Model", "NVIDIA GPU") for fields in entries]
+
+
+def _listed_gpus(listed: str, entries: list[dict[str, str]]) -> list[int]:
+    """The driver entries ``CUDA_VISIBLE_DEVICES`` names, by position: in a list of UUIDs each item a ``GPU UUID``
+    prefix that matches one entry, else the index an item's leading digits spell (C's ``strtoul``: ``1gpu`` is 1)."""
+    picked: list[int] = []
+    for item in listed.split(","):
+        if listed.startswith("GPU-"):
+            matches = [i for i, fields in enumerate(entries) if fields.get("GPU UUID", "").startswith(item)]
+            index = matches[0] if item.startswith("GPU-") and len(matches) == 1 else None
+        else:
+            digits = re.match(r"\+?\d+", item.strip())
+            index = int(digits[0]) if digits and int(digits[0]) < len(entries) else None
+        if index is None:
+            break
+        if index in picked:
+            return []
+        picked.append(index)
+    return picked
 
 
 def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gpus") -> str:
@@ -140,12 +160,9 @@ def hardware(cpuinfo: str = "/proc/cpuinfo", gpus: str = "/proc/driver/nvidia/gp
 
 
 def gpu_visible(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
-    """Whether this host shows its processes an NVIDIA GPU (the driver's entries, unless ``CUDA_VISIBLE_DEVICES`` hides
-    them all), read without loading torch, as :func:`cpu_bf16` reads the CPU."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
-        return False
-    entries = Path(gpus)
-    return entries.is_dir() and any(entries.iterdir())
+    """Whether this process is shown an NVIDIA GPU (:func:`gpu_names`), read without loading torch, as
+    :func:`cpu_bf16` reads the CPU."""
+    return bool(gpu_names(gpus))
 
 
 def native_bf16() -> bool:

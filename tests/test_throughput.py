@@ -187,14 +187,16 @@ def test_a_gpu_counts_where_the_driver_shows_one_and_cuda_visible_devices_does_n
     for hidden in ("", "-1"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
         assert not gpu_visible(str(driver))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert gpu_visible(str(driver))
+    for shown, listed in ((True, "0"), (False, "1"), (False, "NoDevFiles")):  # SLURM's value for a job given none
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+        assert gpu_visible(str(driver)) is shown, listed
 
 
 def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monkeypatch):
     """What a cache entry records as its hardware: the CPU, then the driver's GPUs counted by model (an entry whose
     information the driver withholds still counts, as an unnamed NVIDIA GPU); the CPU alone where none is shown; the
-    process's own GPUs where CUDA_VISIBLE_DEVICES lists them by index or UUID (a SLURM job's share of a node)."""
+    process's own GPUs where CUDA_VISIBLE_DEVICES lists them by index or UUID (a SLURM job's share of a node), read
+    as CUDA and torch.cuda read it."""
     from skillrouter.models import gpu_names, hardware
 
     cpuinfo, driver = tmp_path / "cpuinfo", tmp_path / "gpus"
@@ -211,7 +213,10 @@ def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monk
     assert hardware(str(cpuinfo), str(driver)) == \
         "AMD EPYC (family 25 model 17; avx512_bf16); 2 x NVIDIA H100 80GB HBM3; 1 x NVIDIA GPU"
     h100 = "NVIDIA H100 80GB HBM3"
-    for listed, shown in (("2", ["NVIDIA GPU"]), ("GPU-2a", [h100]), ("0, GPU-2a", [h100, h100]),
+    for listed, shown in (("2", ["NVIDIA GPU"]), ("GPU-2a", [h100]), ("GPU-2a,GPU-1", [h100, h100]),
+                          ("+2, 0", ["NVIDIA GPU", h100]), ("1gpu", [h100]),  # leading digits, as C's strtoul
+                          ("1,7,0", [h100]), ("0, GPU-2a", [h100]), ("GPU-", []),  # the first item naming no GPU
+                          ("GPU-2a,0", [h100]), ("0,0", []),  # (an ambiguous UUID prefix) ends it; a repeat: none
                           ("MIG-5c", [h100, h100, "NVIDIA GPU"])):  # MIG instances: every GPU
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
         assert gpu_names(str(driver)) == shown, listed
