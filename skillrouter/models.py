@@ -137,9 +137,10 @@ def gpu_names(gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
 def _listed_gpus(listed: str, entries: list[dict[str, str]]) -> list[int]:
     """The driver entries ``CUDA_VISIBLE_DEVICES`` names, by position: in a list of UUIDs each item a ``GPU UUID``
     prefix that matches one entry, else the index an item's leading digits spell (C's ``strtoul``: ``1gpu`` is 1)."""
+    by_uuid = listed.startswith("GPU-")
     picked: list[int] = []
     for item in listed.split(","):
-        if listed.startswith("GPU-"):
+        if by_uuid:
             matches = [i for i, fields in enumerate(entries) if fields.get("GPU UUID", "").startswith(item)]
             index = matches[0] if item.startswith("GPU-") and len(matches) == 1 else None
         else:

@@ -215,8 +215,9 @@ def test_a_stage_names_the_cpu_and_each_gpu_model_it_was_built_on(tmp_path, monk
     h100 = "NVIDIA H100 80GB HBM3"
     for listed, shown in (("2", ["NVIDIA GPU"]), ("GPU-2a", [h100]), ("GPU-2a,GPU-1", [h100, h100]),
                           ("+2, 0", ["NVIDIA GPU", h100]), ("1gpu", [h100]),  # leading digits, as C's strtoul
-                          ("1,7,0", [h100]), ("0, GPU-2a", [h100]), ("GPU-", []),  # the first item naming no GPU
-                          ("GPU-2a,0", [h100]), ("0,0", []),  # (an ambiguous UUID prefix) ends it; a repeat: none
+                          ("1,7,0", [h100]), ("0, GPU-2a", [h100]),  # the list ends at its first item naming
+                          ("GPU-", []), ("GPU-2a,0", [h100]),  # no GPU (an ambiguous UUID prefix, an index in UUIDs)
+                          ("0,0", []),  # a GPU listed twice: none
                           ("MIG-5c", [h100, h100, "NVIDIA GPU"])):  # MIG instances: every GPU
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
         assert gpu_names(str(driver)) == shown, listed
