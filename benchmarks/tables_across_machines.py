@@ -63,7 +63,8 @@ def main() -> None:
         return pd.read_csv(args.ours / f"{name}.csv"), pd.read_csv(args.other / f"{name}.csv")
 
     figures = {"runs": runs_moved(*both("runs")),
-               "tables": {name: table_moved(*both(name)) for name in SEED_TABLES if (args.other / f"{name}.csv").exists()}}
+               "tables": {name: table_moved(*both(name))
+                          for name in SEED_TABLES if (args.other / f"{name}.csv").exists()}}
     write_figures(args.name, figures, "python benchmarks/tables_across_machines.py " + " ".join(sys.argv[1:]))
 
 
